@@ -1,0 +1,197 @@
+"""Read and write trace bundles. Reads validate every line; writes are atomic and private (0600)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from eu_audit.bundle.records import (
+    RECORD_ADAPTER,
+    SCHEMA_VERSION,
+    SESSION_SCOPED,
+    BlockRecord,
+    CheckpointRecord,
+    EndRecord,
+    ForgetRequest,
+    Header,
+    LedgerRecord,
+    ObservationRecord,
+    SessionRecord,
+    ToolCallRecord,
+)
+from eu_audit.checkpoints import Checkpoint
+from eu_audit.errors import BadInput
+from eu_audit.jsonl import describe_validation_error, iter_jsonl, write_jsonl
+from eu_audit.provenance import ArtifactGraph
+from eu_audit.runtime.blocks import RuntimeBlock
+from eu_audit.textmatch import contains_target
+
+
+@dataclass
+class SessionTrace:
+    """Everything a bundle holds about one session."""
+
+    session: SessionRecord
+    observations: list[ObservationRecord] = field(default_factory=list)
+    blocks: list[RuntimeBlock] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    forget_requests: list[ForgetRequest] = field(default_factory=list)
+    ledgers: list[LedgerRecord] = field(default_factory=list)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+    def graph(self) -> ArtifactGraph:
+        return ArtifactGraph(self.blocks)
+
+    def block(self, block_id: str) -> RuntimeBlock:
+        for b in self.blocks:
+            if b.id == block_id:
+                return b
+        raise KeyError(block_id)
+
+    def target_occurrences(self) -> list[RuntimeBlock]:
+        """Blocks whose text holds the session's target (any normalised variant)."""
+        tgt = self.session.target
+        return [b for b in self.blocks if contains_target(b.text, tgt.value, tgt.variants)]
+
+    def records(self) -> list[BaseModel]:
+        sid = self.session_id
+        out: list[BaseModel] = [self.session, *self.observations]
+        out += [BlockRecord(session_id=sid, block=b) for b in self.blocks]
+        out += self.tool_calls
+        out += [CheckpointRecord(session_id=sid, checkpoint=c) for c in self.checkpoints]
+        out += self.forget_requests
+        out += self.ledgers
+        return out
+
+
+@dataclass
+class Bundle:
+    header: Header
+    sessions: list[SessionTrace]
+    path: Path | None = None
+    digest: str | None = None  # sha256 of the file it was read from
+
+    def session(self, session_id: str) -> SessionTrace:
+        for s in self.sessions:
+            if s.session_id == session_id:
+                return s
+        raise BadInput(f"no session '{session_id}' in the bundle")
+
+    def records(self) -> list[BaseModel]:
+        out: list[BaseModel] = [self.header]
+        for s in self.sessions:
+            out += s.records()
+        return out
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_header_line(path: Path) -> None:
+    """Give wrong-version and not-a-bundle files their own clear message before full validation."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+        obj = json.loads(first)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return  # iter_jsonl reports it with the line number
+    if not isinstance(obj, dict) or obj.get("type") != "header":
+        raise BadInput("the first line must be the bundle header (type 'header'); is this a trace bundle?",
+                       path=str(path), line=1, field="type")
+    version = obj.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BadInput(f"unsupported schema version {version!r}; this eu-audit reads {SCHEMA_VERSION}",
+                       path=str(path), line=1, field="schema_version")
+
+
+def read_bundle(path: str | Path) -> Bundle:
+    """Validate and load a bundle. Never modifies the file."""
+    path = Path(path)
+    _check_header_line(path)
+    header: Header | None = None
+    sessions: dict[str, SessionTrace] = {}
+    count = 0
+    ended = False
+    for lineno, rec in iter_jsonl(path, RECORD_ADAPTER):
+        if ended:
+            raise BadInput("records after the end record", path=str(path), line=lineno)
+        if lineno == 1:
+            assert isinstance(rec, Header)
+            header = rec
+        elif isinstance(rec, Header):
+            raise BadInput("a second header", path=str(path), line=lineno, field="type")
+        elif isinstance(rec, EndRecord):
+            if rec.records != count:
+                raise BadInput(f"end record counts {rec.records} records but {count} precede it "
+                               "(lines were lost or added)", path=str(path), line=lineno, field="records")
+            ended = True
+        elif isinstance(rec, SessionRecord):
+            if rec.session_id in sessions:
+                raise BadInput(f"session '{rec.session_id}' appears twice", path=str(path), line=lineno,
+                               field="session_id")
+            sessions[rec.session_id] = SessionTrace(session=rec)
+        elif isinstance(rec, SESSION_SCOPED):
+            trace = sessions.get(rec.session_id)
+            if trace is None:
+                raise BadInput(f"refers to session '{rec.session_id}' before (or without) its session record",
+                               path=str(path), line=lineno, field="session_id")
+            _attach(trace, rec, path, lineno)
+        count += 1
+    if header is None:
+        raise BadInput("empty file, expected a trace bundle", path=str(path))
+    if not ended:
+        raise BadInput(f"truncated: no end record after line {count}", path=str(path), line=count)
+    return Bundle(header=header, sessions=list(sessions.values()), path=path, digest=file_digest(path))
+
+
+def _attach(trace: SessionTrace, rec: Any, path: Path, lineno: int) -> None:
+    if isinstance(rec, ObservationRecord):
+        trace.observations.append(rec)
+    elif isinstance(rec, BlockRecord):
+        known = {b.id for b in trace.blocks}
+        if rec.block.id in known:
+            raise BadInput(f"block '{rec.block.id}' appears twice", path=str(path), line=lineno, field="block.id")
+        missing = [p for p in rec.block.parents if p not in known]
+        if missing:
+            raise BadInput(f"parent {missing[0]!r} is not an earlier block of the session",
+                           path=str(path), line=lineno, field="block.parents")
+        trace.blocks.append(rec.block)
+    elif isinstance(rec, ToolCallRecord):
+        trace.tool_calls.append(rec)
+    elif isinstance(rec, CheckpointRecord):
+        trace.checkpoints.append(rec.checkpoint)
+    elif isinstance(rec, ForgetRequest):
+        trace.forget_requests.append(rec)
+    elif isinstance(rec, LedgerRecord):
+        trace.ledgers.append(rec)
+
+
+def write_bundle(path: str | Path, records: Iterable[BaseModel]) -> Path:
+    """Write ``records`` (header first) plus the end record, atomically, mode 0600."""
+    path = Path(path)
+    recs = list(records)
+    if not recs or not isinstance(recs[0], Header):
+        raise ValueError("a bundle starts with its header")
+    try:
+        for r in recs:  # validate before anything touches the disk
+            RECORD_ADAPTER.validate_python(r.model_dump())
+    except ValidationError as exc:
+        fld, msg = describe_validation_error(exc)
+        raise ValueError(f"refusing to write an invalid record ({fld}: {msg})") from exc
+    write_jsonl(path, [*recs, EndRecord(records=len(recs))])
+    return path

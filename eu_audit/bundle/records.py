@@ -1,0 +1,152 @@
+"""Trace bundle v1: one pydantic model per record type. Field order here is the file format.
+
+A bundle is JSONL: a ``header`` line (schema version first), then per session a ``session`` record
+followed by its observations, blocks, tool calls, checkpoints, forget requests and ledgers, and a
+final ``end`` record that counts the lines before it (so a truncated file is caught, not half-read).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from eu_audit.checkpoints import Checkpoint
+from eu_audit.runtime.blocks import RuntimeBlock
+
+SCHEMA_VERSION = "eu-audit/trace@1"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelInfo(_Record):
+    name: str
+    weight_digest: str
+    chat_template_digest: str
+    chat_format: str
+    dtype: str
+
+
+class Decoding(_Record):
+    temperature: float = 0.0
+    max_tokens: int = 48
+
+
+class Header(_Record):
+    type: Literal["header"] = "header"
+    schema_version: str = SCHEMA_VERSION
+    tool_version: str
+    model: ModelInfo
+    engine: str
+    decoding: Decoding
+    seed: int
+    suite: str
+    checkpoint_policy: str
+    parent_digest: str | None = None  # sha256 of the bundle this one was derived from
+    kv_sidecar: str | None = None  # file name of a safetensors sidecar, if one was asked for
+
+
+class TargetInfo(_Record):
+    value: str
+    variants: list[str] = Field(default_factory=list)
+    kind: str = "identifier"
+
+
+class SessionRecord(_Record):
+    type: Literal["session"] = "session"
+    session_id: str
+    episode_id: str
+    suite: str
+    transitions: int  # T
+    seed: int
+    target: TargetInfo
+    source_id: str
+    env_initial: dict[str, Any] = Field(default_factory=dict)
+    final_manifest: list[str] = Field(default_factory=list)  # blocks resident in the cache at R_T
+
+
+class ObservationRecord(_Record):
+    type: Literal["observation"] = "observation"
+    session_id: str
+    t: int
+    kind: str
+    phase: str
+    content: str
+    source_ids: list[str] = Field(default_factory=list)
+    independent: bool = False
+    block_id: str
+
+
+class BlockRecord(_Record):
+    type: Literal["block"] = "block"
+    session_id: str
+    block: RuntimeBlock
+
+
+class ToolCallRecord(_Record):
+    type: Literal["tool_call"] = "tool_call"
+    session_id: str
+    call_id: str
+    turn: int
+    name: str
+    arguments: dict[str, Any] | None
+    raw: str
+    consequential: bool
+    committed: bool
+    status: Literal["executed", "pending", "shadowed", "malformed", "unknown_tool", "error"]
+    result: Any = None
+    block_id: str
+
+
+class CheckpointRecord(_Record):
+    type: Literal["checkpoint"] = "checkpoint"
+    session_id: str
+    checkpoint: Checkpoint
+
+
+class ForgetRequest(_Record):
+    type: Literal["forget_request"] = "forget_request"
+    session_id: str
+    target: str  # z
+    source: str | None = None  # s: the flagged source artifact, if the requester knows it
+    variants: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+class LedgerRecord(_Record):
+    type: Literal["ledger"] = "ledger"
+    session_id: str
+    method: str
+    transitions_replayed: int
+    tokens_reused: int
+    tokens_prefilled: int
+    tokens_decoded: int
+    wall_s: float | None = None
+    checkpoint_id: str | None = None
+    tau: int | None = None
+    closure_size: int | None = None
+
+
+class EndRecord(_Record):
+    type: Literal["end"] = "end"
+    records: int  # lines before this one, header included
+
+
+Record = Annotated[
+    Header | SessionRecord | ObservationRecord | BlockRecord | ToolCallRecord | CheckpointRecord
+    | ForgetRequest | LedgerRecord | EndRecord,
+    Field(discriminator="type"),
+]
+RECORD_ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
+
+SESSION_SCOPED = (ObservationRecord, BlockRecord, ToolCallRecord, CheckpointRecord, ForgetRequest, LedgerRecord)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of one bundle line (a discriminated union on ``type``)."""
+    schema = RECORD_ADAPTER.json_schema()
+    schema["$id"] = SCHEMA_VERSION
+    schema["title"] = "eu-audit trace bundle record"
+    return schema

@@ -1,0 +1,226 @@
+"""The ``eu-audit`` command line: thin wrappers over the library, one exit-code contract.
+
+0 ran and every gate held; 1 ran and a gate failed; 2 bad input or usage; 3 the run itself failed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from eu_audit import __version__
+from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.errors import EuAuditError
+
+app = typer.Typer(
+    name="eu-audit", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    help="Prove whether an LLM agent really forgets: record agent sessions on a local KV engine, apply "
+         "forget methods, audit what is left.\n\nExit codes: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.",
+)
+suites_app = typer.Typer(help="List and show episode suites.", no_args_is_help=True)
+app.add_typer(suites_app, name="suites")
+out = Console()
+err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"eu-audit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    pass
+
+
+@app.command()
+def record(
+    suite: Annotated[str, typer.Option(help="Suite name (see `eu-audit suites list`) or an episodes JSONL file.")] = "builtin",
+    n: Annotated[int | None, typer.Option("--n", help="Number of sessions (cycles through the suite); default: each episode once.")] = None,
+    model: Annotated[str, typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file.")] = "qwen2.5-coder-0.5b",
+    seed: Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")] = 0,
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")] = Path("trace.jsonl"),
+    checkpoints: Annotated[CheckpointPolicy, typer.Option(help="Checkpoint policy (granularity only changes cost).")] = CheckpointPolicy.every_turn,
+    temperature: Annotated[float, typer.Option(min=0.0, help="0 = greedy; > 0 samples with per-turn seeds.")] = 0.0,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Default cap on tokens per model turn.")] = 48,
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    kv_sidecar: Annotated[bool, typer.Option(help="Also write the final KV cache as a safetensors sidecar.")] = False,
+    state_dir: Annotated[Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")] = False,
+) -> None:
+    """Run episodes through the agent runtime and write a JSONL trace bundle.
+
+    Example: [bold]eu-audit record --suite builtin --n 2 --model qwen2.5-coder-0.5b --seed 0 --out trace.jsonl[/]
+    """
+    from eu_audit.record import RecordOptions
+    from eu_audit.record import record as run_record
+
+    opts = RecordOptions(suite=suite, n=n, model=model, seed=seed, out=out_path, checkpoint_policy=checkpoints,
+                         temperature=temperature, max_tokens=max_tokens, dtype=dtype, state_dir=state_dir,
+                         kv_sidecar=kv_sidecar, force=force)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as prog:
+        task = prog.add_task("loading model", total=None)
+
+        def report(what: str, done: int, total: int) -> None:
+            prog.update(task, description=f"transitions ({what})", completed=done, total=total)
+
+        res = run_record(opts, progress=report)
+    _print_summary(res.bundle, res.path)
+    cp = res.checkpoint_bytes
+    if cp:
+        out.print(f"checkpoints: {len(cp)} (metadata only), {sum(cp) / len(cp):.0f} bytes each on average, "
+                  f"{max(cp)} max")
+    out.print(f"memory store and outbox: {res.state_dir}")
+    if res.sidecar:
+        out.print(f"KV sidecar: {res.sidecar}")
+
+
+def _print_summary(bundle: object, path: Path) -> None:
+    from eu_audit.bundle.io import Bundle
+
+    assert isinstance(bundle, Bundle)
+    h = bundle.header
+    table = Table(title=f"{path}  ({h.model.name}, seed {h.seed})")
+    for col in ("session", "episode", "T", "tau", "blocks", "tool calls", "target seen in"):
+        table.add_column(col)
+    for s in bundle.sessions:
+        graph = s.graph()
+        tau = graph.first_entry(s.session.source_id)
+        hits = [f"{b.type.value}@t{b.turn}" for b in s.target_occurrences() if b.derived]
+        table.add_row(s.session_id, s.session.episode_id, str(s.session.transitions), str(tau), str(len(s.blocks)),
+                      str(len(s.tool_calls)), ", ".join(hits) or "(no derived artifact)")
+    out.print(table)
+
+
+@app.command()
+def inspect(
+    bundle_path: Annotated[Path, typer.Argument(help="A trace bundle (JSONL).")],
+    session: Annotated[str | None, typer.Option(help="Show one session's blocks in full.")] = None,
+) -> None:
+    """Validate a bundle and show its sessions, or one session's blocks with provenance."""
+    from eu_audit.bundle.io import read_bundle
+    from eu_audit.textmatch import contains_target
+
+    bundle = read_bundle(bundle_path)
+    if session is None:
+        _print_summary(bundle, bundle_path)
+        return
+    s = bundle.session(session)
+    tgt = s.session.target
+    closure = s.graph().taint_closure(s.session.source_id)
+    table = Table(title=f"{bundle_path} session {session}: target {tgt.value!r}")
+    for col in ("block", "t", "type", "span", "sources", "tainted", "target", "text"):
+        table.add_column(col, overflow="fold")
+    for b in s.blocks:
+        hit = contains_target(b.text, tgt.value, tgt.variants)
+        table.add_row(b.id, str(b.turn), b.type.value, str(b.token_span or "-"), ",".join(b.source_ids),
+                      "yes" if b.id in closure else "", "[red]yes[/]" if hit else "", b.text[:160])
+    out.print(table)
+
+
+@app.command()
+def models() -> None:
+    """List the models eu-audit knows, whether their files are installed and converted."""
+    from eu_audit.runtime.models import MODELS
+
+    table = Table(title="models")
+    for col in ("name", "role", "family", "installed", "converted", "description"):
+        table.add_column(col)
+    for name, spec in MODELS.items():
+        table.add_row(name, spec.role, spec.family, "yes" if spec.installed() else "no",
+                      "yes" if spec.cached() else "no", spec.description)
+    out.print(table)
+    out.print("Also accepted by --model: a local Hugging Face directory or a .gguf file. "
+              "Cache: $EU_AUDIT_CACHE or ~/.cache/eu-audit/models.")
+
+
+@app.command()
+def schema(
+    out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Write the schema here instead of stdout.")] = None,
+) -> None:
+    """Print the JSON Schema of a trace-bundle line (eu-audit/trace@1)."""
+    from eu_audit.bundle.records import json_schema
+    from eu_audit.jsonl import atomic_writer
+
+    text = json.dumps(json_schema(), indent=2)
+    if out_path is None:
+        sys.stdout.write(text + "\n")
+    else:
+        with atomic_writer(out_path, private=False) as f:
+            f.write(text + "\n")
+        out.print(f"wrote {out_path}")
+
+
+@suites_app.command("list")
+def suites_list() -> None:
+    """Every registered suite with its episode count."""
+    from eu_audit.suites import SUITES
+
+    table = Table(title="suites")
+    table.add_column("suite")
+    table.add_column("episodes", justify="right")
+    table.add_column("channels")
+    for name, loader in SUITES.items():
+        eps = loader()
+        kinds = sorted({ep.steps[ep.tau - 1].kind.value for ep in eps})
+        table.add_row(name, str(len(eps)), ", ".join(kinds))
+    out.print(table)
+
+
+@suites_app.command("show")
+def suites_show(
+    suite: Annotated[str, typer.Argument(help="Suite name or episodes JSONL file.")],
+    episode: Annotated[str | None, typer.Option(help="Episode id to print in full (JSON).")] = None,
+) -> None:
+    """Show a suite's episodes (or one episode as JSON)."""
+    from eu_audit.suites import load_suite
+
+    eps = load_suite(suite)
+    if episode:
+        match = [e for e in eps if e.id == episode]
+        if not match:
+            raise typer.BadParameter(f"no episode '{episode}' in {suite}")
+        sys.stdout.write(match[0].model_dump_json(indent=2) + "\n")
+        return
+    table = Table(title=suite)
+    for col in ("episode", "T", "tau", "target kind", "description"):
+        table.add_column(col, overflow="fold")
+    for e in eps:
+        table.add_row(e.id, str(len(e.steps)), str(e.tau), e.target.kind, e.description)
+    out.print(table)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except EuAuditError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""``record``: run a suite's episodes through the agent runtime and write a trace bundle."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eu_audit import __version__
+from eu_audit.bundle.io import Bundle, SessionTrace, write_bundle
+from eu_audit.bundle.records import Decoding, Header, ModelInfo
+from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.episodes import Episode
+from eu_audit.errors import BadInput
+from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
+from eu_audit.runtime.chat import detect_chat_format
+from eu_audit.runtime.engine import ENGINES, HFEngine
+from eu_audit.runtime.memory import MemoryStore, Outbox
+from eu_audit.runtime.models import DEFAULT_MODEL, LoadedModel, load_model
+from eu_audit.suites import load_suite
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+
+
+@dataclass
+class RecordOptions:
+    suite: str = "builtin"
+    n: int | None = None  # None: every episode of the suite once
+    model: str = DEFAULT_MODEL
+    seed: int = 0
+    out: Path = Path("trace.jsonl")
+    checkpoint_policy: CheckpointPolicy = CheckpointPolicy.every_turn
+    temperature: float = 0.0
+    max_tokens: int = 48
+    dtype: str = "float32"
+    engine: str = "hf"
+    state_dir: Path | None = None  # memory store + outbox; default: <out>.state/
+    kv_sidecar: bool = False
+    force: bool = False
+
+
+@dataclass
+class RecordResult:
+    bundle: Bundle
+    path: Path
+    state_dir: Path
+    sidecar: Path | None = None
+    checkpoint_bytes: list[int] = field(default_factory=list)
+
+
+def pick_episodes(episodes: list[Episode], n: int | None) -> list[Episode]:
+    """The first ``n`` episodes, cycling through the suite when ``n`` exceeds its size."""
+    if n is None:
+        return episodes
+    if n < 1:
+        raise BadInput("--n must be at least 1")
+    return [episodes[i % len(episodes)] for i in range(n)]
+
+
+def _open_state(state_dir: Path, force: bool) -> tuple[MemoryStore, Outbox]:
+    if state_dir.exists():
+        if not force:
+            raise BadInput(f"{state_dir} exists (it holds an earlier run's memory store and outbox); "
+                           "pass --force to replace it")
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True, mode=0o700)
+    return MemoryStore(state_dir / "memory.sqlite"), Outbox(state_dir / "outbox.sqlite")
+
+
+def make_header(loaded: LoadedModel, engine_name: str, chat_name: str, opts: RecordOptions) -> Header:
+    return Header(
+        tool_version=__version__,
+        model=ModelInfo(name=loaded.name, weight_digest=loaded.weight_digest,
+                        chat_template_digest=loaded.chat_template_digest, chat_format=chat_name,
+                        dtype=loaded.dtype),
+        engine=engine_name, decoding=Decoding(temperature=opts.temperature, max_tokens=opts.max_tokens),
+        seed=opts.seed, suite=opts.suite, checkpoint_policy=opts.checkpoint_policy.value,
+        kv_sidecar=f"{opts.out.name}.kv.safetensors" if opts.kv_sidecar else None,
+    )
+
+
+def record(opts: RecordOptions, progress: Progress | None = None, loaded: LoadedModel | None = None) -> RecordResult:
+    out = Path(opts.out)
+    if out.exists() and not opts.force:
+        raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
+    episodes = pick_episodes(load_suite(opts.suite), opts.n)
+    loaded = loaded or load_model(opts.model, dtype=opts.dtype)
+    engine = ENGINES.get(opts.engine)(loaded)
+    assert isinstance(engine, HFEngine)
+    chat = detect_chat_format(loaded.tokenizer)
+    state_dir = opts.state_dir or out.with_name(out.name + ".state")
+    memory, outbox = _open_state(state_dir, opts.force)
+    sessions: list[SessionTrace] = []
+    kv: dict[str, object] = {}
+    total = sum(len(ep.steps) for ep in episodes)
+    done = 0
+    try:
+        for i, ep in enumerate(episodes):
+            sid = f"s{i}"
+            settings = AgentSettings(max_tokens=opts.max_tokens, temperature=opts.temperature,
+                                     seed=derive_seed(opts.seed, i), checkpoint_policy=opts.checkpoint_policy)
+            agent = Agent(engine, chat, ep, sid, settings, memory, outbox)
+            agent.start()
+            for step in ep.steps:
+                agent.step(step)
+                done += 1
+                if progress:
+                    progress(f"{sid} {ep.id}", done, total)
+            sessions.append(agent.trace())
+            if opts.kv_sidecar:
+                kv.update({f"{sid}.{k}": v for k, v in engine.kv_tensors().items()})
+    finally:
+        memory.close()
+        outbox.close()
+    header = make_header(loaded, engine.name, chat.name, opts)
+    bundle = Bundle(header=header, sessions=sessions, path=out)
+    write_bundle(out, bundle.records())
+    sidecar = None
+    if opts.kv_sidecar:
+        sidecar = out.with_name(header.kv_sidecar or "")
+        _write_sidecar(sidecar, kv)
+    cp_bytes = [c.nbytes() for s in sessions for c in s.checkpoints]
+    return RecordResult(bundle=bundle, path=out, state_dir=state_dir, sidecar=sidecar, checkpoint_bytes=cp_bytes)
+
+
+def _write_sidecar(path: Path, tensors: dict[str, object]) -> None:
+    """KV tensors as safetensors (never pickle), written atomically with mode 0600."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file(tensors, str(tmp))  # type: ignore[arg-type]
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)

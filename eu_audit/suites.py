@@ -1,0 +1,54 @@
+"""Suites: named collections of episodes. Episodes are data (JSONL in ``suites/``), validated line by
+line; a suite can also be registered in code (``@SUITES.register("name")`` on a loader function)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import TypeAdapter
+
+from eu_audit.episodes import Episode
+from eu_audit.errors import BadInput
+from eu_audit.jsonl import iter_jsonl
+from eu_audit.registry import Registry
+
+SUITES: Registry[Callable[[], list[Episode]]] = Registry("suites")
+_EPISODE = TypeAdapter(Episode)
+
+
+def data_dir(kind: str) -> Path:
+    """``suites/`` or ``probes/``: inside the wheel, or at the repository root in a source checkout."""
+    here = Path(__file__).resolve().parent
+    for cand in (here / "_data" / kind, here.parent / kind):
+        if cand.is_dir():
+            return cand
+    raise FileNotFoundError(f"eu-audit data folder '{kind}' is missing from this installation")
+
+
+def load_episodes(path: str | Path) -> list[Episode]:
+    path = Path(path)
+    episodes = [ep for _, ep in iter_jsonl(path, _EPISODE)]
+    seen: set[str] = set()
+    for i, ep in enumerate(episodes, 1):
+        if ep.id in seen:
+            raise BadInput(f"episode id '{ep.id}' appears twice", path=str(path), line=i, field="id")
+        seen.add(ep.id)
+    if not episodes:
+        raise BadInput("no episodes in the file", path=str(path))
+    return episodes
+
+
+def _file_suite(name: str) -> Callable[[], list[Episode]]:
+    return lambda: load_episodes(data_dir("suites") / f"{name}.jsonl")
+
+
+SUITES.add("builtin", _file_suite("builtin"))
+
+
+def load_suite(ref: str) -> list[Episode]:
+    """A registered suite name, or a path to an episodes JSONL file."""
+    p = Path(ref)
+    if ref not in SUITES and (p.suffix == ".jsonl" or p.exists()):
+        return load_episodes(p)
+    return SUITES.get(ref)()
