@@ -56,18 +56,31 @@ class Checkpoint(BaseModel):
 
 
 class CheckpointStore:
-    def __init__(self, policy: CheckpointPolicy = CheckpointPolicy.every_turn, handle_prefix: str = "") -> None:
+    def __init__(
+        self, policy: CheckpointPolicy = CheckpointPolicy.every_turn, handle_prefix: str = ""
+    ) -> None:
         self.policy = policy
         self.handle_prefix = handle_prefix
         self.items: list[Checkpoint] = []
 
-    def register(self, *, boundary: int, reasons: set[CheckpointReason], token_offset: int,
-                 env_snapshot_id: str, manifest: list[str]) -> Checkpoint | None:
+    def register(
+        self,
+        *,
+        boundary: int,
+        reasons: set[CheckpointReason],
+        token_offset: int,
+        env_snapshot_id: str,
+        manifest: list[str],
+    ) -> Checkpoint | None:
         if not self.policy.admits(reasons):
             return None
         cp = Checkpoint(
-            id=f"c{len(self.items)}", boundary=boundary, reasons=sorted(reasons), token_offset=token_offset,
-            cache_handle=f"{self.handle_prefix}@{token_offset}", env_snapshot_id=env_snapshot_id,
+            id=f"c{len(self.items)}",
+            boundary=boundary,
+            reasons=sorted(reasons),
+            token_offset=token_offset,
+            cache_handle=f"{self.handle_prefix}@{token_offset}",
+            env_snapshot_id=env_snapshot_id,
             manifest=list(manifest),
         )
         self.items.append(cp)
@@ -94,8 +107,9 @@ class _HasIds(Protocol):
     def token_ids(self) -> list[int]: ...
 
 
-def restore(engine: _Engine, current: Sequence[str], target: Sequence[str],
-            blocks: Mapping[str, _HasIds]) -> int:
+def restore(
+    engine: _Engine, current: Sequence[str], target: Sequence[str], blocks: Mapping[str, _HasIds]
+) -> int:
     """Bring the cache from manifest ``current`` to manifest ``target``: keep the longest shared prefix
     by a crop (Lemma 1: cropping is restoring), prefill any recorded blocks still missing (after a
     compaction the clean prefix may no longer be resident). Returns the number of blocks re-prefilled."""

@@ -20,9 +20,12 @@ from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import EuAuditError
 
 app = typer.Typer(
-    name="eu-audit", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    name="eu-audit",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
     help="Prove whether an LLM agent really forgets: record agent sessions on a local KV engine, apply "
-         "forget methods, audit what is left.\n\nExit codes: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.",
+    "forget methods, audit what is left.\n\nExit codes: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.",
 )
 suites_app = typer.Typer(help="List and show episode suites.", no_args_is_help=True)
 app.add_typer(suites_app, name="suites")
@@ -37,38 +40,80 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     pass
 
 
 @app.command()
 def record(
-    suite: Annotated[str, typer.Option(help="Suite name (see `eu-audit suites list`) or an episodes JSONL file.")] = "builtin",
-    n: Annotated[int | None, typer.Option("--n", help="Number of sessions (cycles through the suite); default: each episode once.")] = None,
-    model: Annotated[str, typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file.")] = "qwen2.5-coder-0.5b",
+    suite: Annotated[
+        str, typer.Option(help="Suite name (see `eu-audit suites list`) or an episodes JSONL file.")
+    ] = "builtin",
+    n: Annotated[
+        int | None,
+        typer.Option(
+            "--n", help="Number of sessions (cycles through the suite); default: each episode once."
+        ),
+    ] = None,
+    model: Annotated[
+        str,
+        typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file."),
+    ] = "qwen2.5-coder-0.5b",
     seed: Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")] = 0,
-    out_path: Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")] = Path("trace.jsonl"),
-    checkpoints: Annotated[CheckpointPolicy, typer.Option(help="Checkpoint policy (granularity only changes cost).")] = CheckpointPolicy.every_turn,
-    temperature: Annotated[float, typer.Option(min=0.0, help="0 = greedy; > 0 samples with per-turn seeds.")] = 0.0,
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")] = Path(
+        "trace.jsonl"
+    ),
+    checkpoints: Annotated[
+        CheckpointPolicy, typer.Option(help="Checkpoint policy (granularity only changes cost).")
+    ] = CheckpointPolicy.every_turn,
+    temperature: Annotated[
+        float, typer.Option(min=0.0, help="0 = greedy; > 0 samples with per-turn seeds.")
+    ] = 0.0,
     max_tokens: Annotated[int, typer.Option(min=1, help="Default cap on tokens per model turn.")] = 48,
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
-    kv_sidecar: Annotated[bool, typer.Option(help="Also write the final KV cache as a safetensors sidecar.")] = False,
-    state_dir: Annotated[Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")] = None,
+    kv_sidecar: Annotated[
+        bool, typer.Option(help="Also write the final KV cache as a safetensors sidecar.")
+    ] = False,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")] = False,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
 
-    Example: [bold]eu-audit record --suite builtin --n 2 --model qwen2.5-coder-0.5b --seed 0 --out trace.jsonl[/]
+    Example:
+
+    [bold]eu-audit record --suite builtin --n 2 --model qwen2.5-coder-0.5b --seed 0 -o trace.jsonl[/]
     """
     from eu_audit.record import RecordOptions
     from eu_audit.record import record as run_record
 
-    opts = RecordOptions(suite=suite, n=n, model=model, seed=seed, out=out_path, checkpoint_policy=checkpoints,
-                         temperature=temperature, max_tokens=max_tokens, dtype=dtype, state_dir=state_dir,
-                         kv_sidecar=kv_sidecar, force=force)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as prog:
+    opts = RecordOptions(
+        suite=suite,
+        n=n,
+        model=model,
+        seed=seed,
+        out=out_path,
+        checkpoint_policy=checkpoints,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        dtype=dtype,
+        state_dir=state_dir,
+        kv_sidecar=kv_sidecar,
+        force=force,
+    )
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as prog:
         task = prog.add_task("loading model", total=None)
 
         def report(what: str, done: int, total: int) -> None:
@@ -78,8 +123,10 @@ def record(
     _print_summary(res.bundle, res.path)
     cp = res.checkpoint_bytes
     if cp:
-        out.print(f"checkpoints: {len(cp)} (metadata only), {sum(cp) / len(cp):.0f} bytes each on average, "
-                  f"{max(cp)} max")
+        out.print(
+            f"checkpoints: {len(cp)} (metadata only), {sum(cp) / len(cp):.0f} bytes each on average, "
+            f"{max(cp)} max"
+        )
     out.print(f"memory store and outbox: {res.state_dir}")
     if res.sidecar:
         out.print(f"KV sidecar: {res.sidecar}")
@@ -97,8 +144,15 @@ def _print_summary(bundle: object, path: Path) -> None:
         graph = s.graph()
         tau = graph.first_entry(s.session.source_id)
         hits = [f"{b.type.value}@t{b.turn}" for b in s.target_occurrences() if b.derived]
-        table.add_row(s.session_id, s.session.episode_id, str(s.session.transitions), str(tau), str(len(s.blocks)),
-                      str(len(s.tool_calls)), ", ".join(hits) or "(no derived artifact)")
+        table.add_row(
+            s.session_id,
+            s.session.episode_id,
+            str(s.session.transitions),
+            str(tau),
+            str(len(s.blocks)),
+            str(len(s.tool_calls)),
+            ", ".join(hits) or "(no derived artifact)",
+        )
     out.print(table)
 
 
@@ -118,14 +172,19 @@ def inspect(
     s = bundle.session(session)
     tgt = s.session.target
     closure = s.graph().taint_closure(s.session.source_id)
-    table = Table(title=f"{bundle_path} session {session}: target {tgt.value!r}")
-    for col in ("block", "t", "type", "span", "sources", "tainted", "target", "text"):
-        table.add_column(col, overflow="fold")
+    out.print(
+        f"[bold]{bundle_path} session {session}[/]: episode {s.session.episode_id}, "
+        f"target {tgt.value!r}, T={s.session.transitions}"
+    )
     for b in s.blocks:
-        hit = contains_target(b.text, tgt.value, tgt.variants)
-        table.add_row(b.id, str(b.turn), b.type.value, str(b.token_span or "-"), ",".join(b.source_ids),
-                      "yes" if b.id in closure else "", "[red]yes[/]" if hit else "", b.text[:160])
-    out.print(table)
+        marks = []
+        if b.id in closure:
+            marks.append("[yellow]tainted[/]")
+        if contains_target(b.text, tgt.value, tgt.variants):
+            marks.append("[red]holds target[/]")
+        span = f"{b.token_span[0]}-{b.token_span[1]}" if b.token_span else "not in cache"
+        out.print(f"[bold]{b.id}[/] t={b.turn} {b.type.value} ({span}) {' '.join(marks)}")
+        out.print(f"    {b.text[:300]}", highlight=False, markup=False)
 
 
 @app.command()
@@ -137,16 +196,26 @@ def models() -> None:
     for col in ("name", "role", "family", "installed", "converted", "description"):
         table.add_column(col)
     for name, spec in MODELS.items():
-        table.add_row(name, spec.role, spec.family, "yes" if spec.installed() else "no",
-                      "yes" if spec.cached() else "no", spec.description)
+        table.add_row(
+            name,
+            spec.role,
+            spec.family,
+            "yes" if spec.installed() else "no",
+            "yes" if spec.cached() else "no",
+            spec.description,
+        )
     out.print(table)
-    out.print("Also accepted by --model: a local Hugging Face directory or a .gguf file. "
-              "Cache: $EU_AUDIT_CACHE or ~/.cache/eu-audit/models.")
+    out.print(
+        "Also accepted by --model: a local Hugging Face directory or a .gguf file. "
+        "Cache: $EU_AUDIT_CACHE or ~/.cache/eu-audit/models."
+    )
 
 
 @app.command()
 def schema(
-    out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Write the schema here instead of stdout.")] = None,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the schema here instead of stdout.")
+    ] = None,
 ) -> None:
     """Print the JSON Schema of a trace-bundle line (eu-audit/trace@1)."""
     from eu_audit.bundle.records import json_schema
@@ -202,24 +271,20 @@ def suites_show(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
     except EuAuditError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:
+        # Usage errors (typer vendors click: match by shape, not by class path).
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,9 @@ class Step(BaseModel):
 
     kind: StepKind
     phase: Phase = Phase.further
-    content: str = ""  # the observation text (user, memory) or an instruction override (compact/plan/remember)
+    content: str = (
+        ""  # the observation text (user, memory) or an instruction override (compact/plan/remember)
+    )
     counterfactual: str | None = None  # o_t \ {z}: the observation in the world that never saw z
     tool: str | None = None  # for kind=tool
     args: dict[str, Any] = Field(default_factory=dict)
@@ -104,13 +106,15 @@ class Episode(BaseModel):
                 raise ValueError(f"steps.{i}: a tool-observed target needs 'counterfactual_env'")
         for m in self.memory:
             if contains_target(m.text, self.target.value, self.target.variants):
-                raise ValueError(f"memory '{m.id}': records present at session start must not hold the "
-                                 "target (it would enter at tau = 0, before any transition)")
+                raise ValueError(
+                    f"memory '{m.id}': records present at session start must not hold the "
+                    "target (it would enter at tau = 0, before any transition)"
+                )
         return self
 
     @property
     def source_id(self) -> str:
-        return next(s.source for s in self.steps if s.source)  # type: ignore[misc]
+        return next(s.source for s in self.steps if s.source)
 
     @property
     def tau(self) -> int:

@@ -19,8 +19,9 @@ class BadInput(EuAuditError):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None
+    ) -> None:
         self.path, self.line, self.field = path, line, field
         where = ""
         if path is not None:

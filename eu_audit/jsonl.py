@@ -20,8 +20,17 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     err = exc.errors()[0]
     loc = [str(p) for p in err.get("loc", ())]
     # Drop the discriminator tag pydantic puts first for tagged unions (e.g. 'block').
-    if len(loc) > 1 and loc[0] in {"header", "session", "observation", "block", "tool_call", "checkpoint",
-                                   "forget_request", "ledger", "end"}:
+    if len(loc) > 1 and loc[0] in {
+        "header",
+        "session",
+        "observation",
+        "block",
+        "tool_call",
+        "checkpoint",
+        "forget_request",
+        "ledger",
+        "end",
+    }:
         loc = loc[1:]
     return ".".join(loc) or "(record)", err.get("msg", "invalid")
 

@@ -41,8 +41,11 @@ class ArtifactGraph:
 
     def entry_blocks(self, source: str) -> list[RuntimeBlock]:
         """Observation blocks through which ``source`` entered (carry it, are not model-derived)."""
-        return [b for b in self.blocks.values() if source in b.source_ids and b.type not in MODEL_DERIVED
-                and not b.derived]
+        return [
+            b
+            for b in self.blocks.values()
+            if source in b.source_ids and b.type not in MODEL_DERIVED and not b.derived
+        ]
 
     def locate_source(self, target: str, variants: Iterable[str] = ()) -> str:
         """LocateSource(G, z): the source id of the earliest observation that contains ``target``."""

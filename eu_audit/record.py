@@ -62,8 +62,10 @@ def pick_episodes(episodes: list[Episode], n: int | None) -> list[Episode]:
 def _open_state(state_dir: Path, force: bool) -> tuple[MemoryStore, Outbox]:
     if state_dir.exists():
         if not force:
-            raise BadInput(f"{state_dir} exists (it holds an earlier run's memory store and outbox); "
-                           "pass --force to replace it")
+            raise BadInput(
+                f"{state_dir} exists (it holds an earlier run's memory store and outbox); "
+                "pass --force to replace it"
+            )
         shutil.rmtree(state_dir)
     state_dir.mkdir(parents=True, mode=0o700)
     return MemoryStore(state_dir / "memory.sqlite"), Outbox(state_dir / "outbox.sqlite")
@@ -72,16 +74,25 @@ def _open_state(state_dir: Path, force: bool) -> tuple[MemoryStore, Outbox]:
 def make_header(loaded: LoadedModel, engine_name: str, chat_name: str, opts: RecordOptions) -> Header:
     return Header(
         tool_version=__version__,
-        model=ModelInfo(name=loaded.name, weight_digest=loaded.weight_digest,
-                        chat_template_digest=loaded.chat_template_digest, chat_format=chat_name,
-                        dtype=loaded.dtype),
-        engine=engine_name, decoding=Decoding(temperature=opts.temperature, max_tokens=opts.max_tokens),
-        seed=opts.seed, suite=opts.suite, checkpoint_policy=opts.checkpoint_policy.value,
+        model=ModelInfo(
+            name=loaded.name,
+            weight_digest=loaded.weight_digest,
+            chat_template_digest=loaded.chat_template_digest,
+            chat_format=chat_name,
+            dtype=loaded.dtype,
+        ),
+        engine=engine_name,
+        decoding=Decoding(temperature=opts.temperature, max_tokens=opts.max_tokens),
+        seed=opts.seed,
+        suite=opts.suite,
+        checkpoint_policy=opts.checkpoint_policy.value,
         kv_sidecar=f"{opts.out.name}.kv.safetensors" if opts.kv_sidecar else None,
     )
 
 
-def record(opts: RecordOptions, progress: Progress | None = None, loaded: LoadedModel | None = None) -> RecordResult:
+def record(
+    opts: RecordOptions, progress: Progress | None = None, loaded: LoadedModel | None = None
+) -> RecordResult:
     out = Path(opts.out)
     if out.exists() and not opts.force:
         raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
@@ -99,8 +110,12 @@ def record(opts: RecordOptions, progress: Progress | None = None, loaded: Loaded
     try:
         for i, ep in enumerate(episodes):
             sid = f"s{i}"
-            settings = AgentSettings(max_tokens=opts.max_tokens, temperature=opts.temperature,
-                                     seed=derive_seed(opts.seed, i), checkpoint_policy=opts.checkpoint_policy)
+            settings = AgentSettings(
+                max_tokens=opts.max_tokens,
+                temperature=opts.temperature,
+                seed=derive_seed(opts.seed, i),
+                checkpoint_policy=opts.checkpoint_policy,
+            )
             agent = Agent(engine, chat, ep, sid, settings, memory, outbox)
             agent.start()
             for step in ep.steps:
@@ -122,7 +137,9 @@ def record(opts: RecordOptions, progress: Progress | None = None, loaded: Loaded
         sidecar = out.with_name(header.kv_sidecar or "")
         _write_sidecar(sidecar, kv)
     cp_bytes = [c.nbytes() for s in sessions for c in s.checkpoints]
-    return RecordResult(bundle=bundle, path=out, state_dir=state_dir, sidecar=sidecar, checkpoint_bytes=cp_bytes)
+    return RecordResult(
+        bundle=bundle, path=out, state_dir=state_dir, sidecar=sidecar, checkpoint_bytes=cp_bytes
+    )
 
 
 def _write_sidecar(path: Path, tensors: dict[str, object]) -> None:

@@ -111,12 +111,20 @@ def _check_header_line(path: Path) -> None:
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return  # iter_jsonl reports it with the line number
     if not isinstance(obj, dict) or obj.get("type") != "header":
-        raise BadInput("the first line must be the bundle header (type 'header'); is this a trace bundle?",
-                       path=str(path), line=1, field="type")
+        raise BadInput(
+            "the first line must be the bundle header (type 'header'); is this a trace bundle?",
+            path=str(path),
+            line=1,
+            field="type",
+        )
     version = obj.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise BadInput(f"unsupported schema version {version!r}; this eu-audit reads {SCHEMA_VERSION}",
-                       path=str(path), line=1, field="schema_version")
+        raise BadInput(
+            f"unsupported schema version {version!r}; this eu-audit reads {SCHEMA_VERSION}",
+            path=str(path),
+            line=1,
+            field="schema_version",
+        )
 
 
 def read_bundle(path: str | Path) -> Bundle:
@@ -137,19 +145,32 @@ def read_bundle(path: str | Path) -> Bundle:
             raise BadInput("a second header", path=str(path), line=lineno, field="type")
         elif isinstance(rec, EndRecord):
             if rec.records != count:
-                raise BadInput(f"end record counts {rec.records} records but {count} precede it "
-                               "(lines were lost or added)", path=str(path), line=lineno, field="records")
+                raise BadInput(
+                    f"end record counts {rec.records} records but {count} precede it "
+                    "(lines were lost or added)",
+                    path=str(path),
+                    line=lineno,
+                    field="records",
+                )
             ended = True
         elif isinstance(rec, SessionRecord):
             if rec.session_id in sessions:
-                raise BadInput(f"session '{rec.session_id}' appears twice", path=str(path), line=lineno,
-                               field="session_id")
+                raise BadInput(
+                    f"session '{rec.session_id}' appears twice",
+                    path=str(path),
+                    line=lineno,
+                    field="session_id",
+                )
             sessions[rec.session_id] = SessionTrace(session=rec)
         elif isinstance(rec, SESSION_SCOPED):
             trace = sessions.get(rec.session_id)
             if trace is None:
-                raise BadInput(f"refers to session '{rec.session_id}' before (or without) its session record",
-                               path=str(path), line=lineno, field="session_id")
+                raise BadInput(
+                    f"refers to session '{rec.session_id}' before (or without) its session record",
+                    path=str(path),
+                    line=lineno,
+                    field="session_id",
+                )
             _attach(trace, rec, path, lineno)
         count += 1
     if header is None:
@@ -165,11 +186,17 @@ def _attach(trace: SessionTrace, rec: Any, path: Path, lineno: int) -> None:
     elif isinstance(rec, BlockRecord):
         known = {b.id for b in trace.blocks}
         if rec.block.id in known:
-            raise BadInput(f"block '{rec.block.id}' appears twice", path=str(path), line=lineno, field="block.id")
+            raise BadInput(
+                f"block '{rec.block.id}' appears twice", path=str(path), line=lineno, field="block.id"
+            )
         missing = [p for p in rec.block.parents if p not in known]
         if missing:
-            raise BadInput(f"parent {missing[0]!r} is not an earlier block of the session",
-                           path=str(path), line=lineno, field="block.parents")
+            raise BadInput(
+                f"parent {missing[0]!r} is not an earlier block of the session",
+                path=str(path),
+                line=lineno,
+                field="block.parents",
+            )
         trace.blocks.append(rec.block)
     elif isinstance(rec, ToolCallRecord):
         trace.tool_calls.append(rec)

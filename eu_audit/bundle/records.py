@@ -135,13 +135,27 @@ class EndRecord(_Record):
 
 
 Record = Annotated[
-    Header | SessionRecord | ObservationRecord | BlockRecord | ToolCallRecord | CheckpointRecord
-    | ForgetRequest | LedgerRecord | EndRecord,
+    Header
+    | SessionRecord
+    | ObservationRecord
+    | BlockRecord
+    | ToolCallRecord
+    | CheckpointRecord
+    | ForgetRequest
+    | LedgerRecord
+    | EndRecord,
     Field(discriminator="type"),
 ]
 RECORD_ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
 
-SESSION_SCOPED = (ObservationRecord, BlockRecord, ToolCallRecord, CheckpointRecord, ForgetRequest, LedgerRecord)
+SESSION_SCOPED = (
+    ObservationRecord,
+    BlockRecord,
+    ToolCallRecord,
+    CheckpointRecord,
+    ForgetRequest,
+    LedgerRecord,
+)
 
 
 def json_schema() -> dict[str, Any]:

@@ -15,10 +15,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from eu_audit.bundle.io import SessionTrace
-from eu_audit.bundle.records import ForgetRequest, ObservationRecord, SessionRecord, TargetInfo, ToolCallRecord
-from eu_audit.checkpoints import CheckpointPolicy, CheckpointReason, CheckpointStore
+from eu_audit.bundle.records import (
+    ForgetRequest,
+    ObservationRecord,
+    SessionRecord,
+    TargetInfo,
+    ToolCallRecord,
+)
+from eu_audit.checkpoints import Checkpoint, CheckpointPolicy, CheckpointReason, CheckpointStore, restore
 from eu_audit.episodes import Episode, Step, StepKind
-from eu_audit.errors import BadInput
+from eu_audit.errors import BadInput, RunFailed
 from eu_audit.provenance import ArtifactGraph
 from eu_audit.runtime.blocks import BlockType, RuntimeBlock
 from eu_audit.runtime.chat import ChatFormat
@@ -28,14 +34,14 @@ from eu_audit.runtime.tools import TOOLS, ToolError, parse_tool_calls
 
 DEFAULT_SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. "
-    "To use a tool, write <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>.\n"
+    'To use a tool, write <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>.\n'
     "Tools:\n{tools}"
 )
 INSTRUCTIONS = {
     StepKind.compact: "Context compaction: summarize the conversation so far in at most three sentences. "
-                      "Keep every fact about the user and every pending task.",
+    "Keep every fact about the user and every pending task.",
     StepKind.plan: "Write the next tool call you plan to make, as <tool_call>{...}</tool_call>. "
-                   "It will run later.",
+    "It will run later.",
     StepKind.remember: "Write one line about the user to save to long-term memory.",
 }
 
@@ -63,21 +69,34 @@ class AgentSettings:
 
 
 class Agent:
-    def __init__(self, engine: HFEngine, chat: ChatFormat, episode: Episode, session_id: str,
-                 settings: AgentSettings, memory: MemoryStore, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        engine: HFEngine,
+        chat: ChatFormat,
+        episode: Episode,
+        session_id: str,
+        settings: AgentSettings,
+        memory: MemoryStore,
+        outbox: Outbox,
+    ) -> None:
         self.engine, self.chat, self.episode = engine, chat, episode
         self.sid, self.settings = session_id, settings
         self.memory, self.outbox = memory, outbox
         self.tokenizer = engine.loaded.tokenizer
         for name in episode.tools:
             TOOLS.get(name)  # fail early on an unknown tool
-        world_env = episode.env if settings.world == "factual" else (episode.counterfactual_env or episode.env)
+        world_env = (
+            episode.env if settings.world == "factual" else (episode.counterfactual_env or episode.env)
+        )
+        self._world_env = world_env
         self.env: dict[str, Any] = copy.deepcopy(world_env)
         self.blocks: list[RuntimeBlock] = []
         self.graph = ArtifactGraph()
         self.observations: list[ObservationRecord] = []
         self.tool_calls: list[ToolCallRecord] = []
-        self.checkpoints = CheckpointStore(settings.checkpoint_policy, handle_prefix=f"{engine.name}:{session_id}")
+        self.checkpoints = CheckpointStore(
+            settings.checkpoint_policy, handle_prefix=f"{engine.name}:{session_id}"
+        )
         self.manifest: list[str] = []  # ids of the blocks resident in the cache, in order
         self.start_manifest: list[str] = []
         self._start_offset = 0
@@ -86,16 +105,30 @@ class Agent:
         stop = self._ids(chat.stop_strings[0])
         self._stop_ids = stop[-1:]
         self._closing = self._ids(chat.end)
-        self._closing_after_stop = self._ids(chat.end[len(chat.stop_strings[0]):]) if chat.end.startswith(
-            chat.stop_strings[0]) else []
+        self._closing_after_stop = (
+            self._ids(chat.end[len(chat.stop_strings[0]) :])
+            if chat.end.startswith(chat.stop_strings[0])
+            else []
+        )
 
     # -- helpers -------------------------------------------------------------------------------
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _add(self, btype: BlockType, *, text: str = "", ids: Sequence[int] = (), parents: Sequence[str] = (),
-             sources: Sequence[str] = (), resident: bool = True, derived: bool = False,
-             committed: bool = False, independent: bool = False, already_in_cache: bool = False) -> RuntimeBlock:
+    def _add(
+        self,
+        btype: BlockType,
+        *,
+        text: str = "",
+        ids: Sequence[int] = (),
+        parents: Sequence[str] = (),
+        sources: Sequence[str] = (),
+        resident: bool = True,
+        derived: bool = False,
+        committed: bool = False,
+        independent: bool = False,
+        already_in_cache: bool = False,
+    ) -> RuntimeBlock:
         """Record a block; when ``resident`` its ids are prefilled as one segment (unless the engine
         already committed them, as after a decoded turn)."""
         span = None
@@ -105,9 +138,17 @@ class Agent:
                 self.engine.prefill(ids)
             span = (start, start + len(ids))
         block = RuntimeBlock(
-            id=f"b{len(self.blocks)}", type=btype, parents=list(parents), source_ids=sorted(set(sources)),
-            token_span=span, turn=self.t, committed=committed, derived=derived, independent=independent,
-            text=text, token_ids=list(ids) if resident else [],
+            id=f"b{len(self.blocks)}",
+            type=btype,
+            parents=list(parents),
+            source_ids=sorted(set(sources)),
+            token_span=span,
+            turn=self.t,
+            committed=committed,
+            derived=derived,
+            independent=independent,
+            text=text,
+            token_ids=list(ids) if resident else [],
         )
         self.blocks.append(block)
         self.graph.add(block)
@@ -123,8 +164,13 @@ class Agent:
         return sorted(found)
 
     def _checkpoint(self, reasons: set[CheckpointReason], boundary: int) -> None:
-        self.checkpoints.register(boundary=boundary, reasons=reasons, token_offset=self.engine.offset,
-                                  env_snapshot_id=env_snapshot_id(self.env), manifest=self.manifest)
+        self.checkpoints.register(
+            boundary=boundary,
+            reasons=reasons,
+            token_offset=self.engine.offset,
+            env_snapshot_id=env_snapshot_id(self.env),
+            manifest=self.manifest,
+        )
 
     def _boundary_reasons(self) -> set[CheckpointReason]:
         reasons = {CheckpointReason.turn}
@@ -137,22 +183,35 @@ class Agent:
 
     def system_prompt(self) -> str:
         tools = "\n".join(TOOLS.get(n).signature() for n in self.episode.tools) or "(none)"
-        return (self.episode.system or DEFAULT_SYSTEM).replace("{tools}", tools).replace("{{", "{").replace("}}", "}")
+        return (
+            (self.episode.system or DEFAULT_SYSTEM)
+            .replace("{tools}", tools)
+            .replace("{{", "{")
+            .replace("}}", "}")
+        )
 
     # -- the session ---------------------------------------------------------------------------
     def start(self) -> None:
         """R_init: system prompt and the persistent memory, re-injected at session start."""
         self.engine.reset()
-        self._add(BlockType.system, text=self.system_prompt(),
-                  ids=self._ids(self.chat.bos + self.chat.message("system", self.system_prompt())))
+        self._add(
+            BlockType.system,
+            text=self.system_prompt(),
+            ids=self._ids(self.chat.bos + self.chat.message("system", self.system_prompt())),
+        )
         for item in self.episode.memory:
             if not any(r[0] == item.id for r in self.memory.records(self.sid)):
                 self.memory.add(self.sid, item.id, item.text, [])
         records = self.memory.records(self.sid)
         text = "Long-term memory about the user:\n" + (
-            "\n".join(f"- [{rid}] {txt}" for rid, txt, _ in records) if records else "(no records)")
-        self._add(BlockType.memory, text=text, ids=self._ids(self.chat.message("system", text)),
-                  sources=[s for _, _, srcs in records for s in srcs])
+            "\n".join(f"- [{rid}] {txt}" for rid, txt, _ in records) if records else "(no records)"
+        )
+        self._add(
+            BlockType.memory,
+            text=text,
+            ids=self._ids(self.chat.message("system", text)),
+            sources=[s for _, _, srcs in records for s in srcs],
+        )
         self.start_manifest = list(self.manifest)
         self._start_offset = self.engine.offset
         self._checkpoint({CheckpointReason.session_start} | self._boundary_reasons(), boundary=0)
@@ -167,17 +226,37 @@ class Agent:
         if step.kind is StepKind.memory:
             rid = step.memory_id or f"m-t{self.t}"
             self.memory.add(self.sid, rid, text, sources)  # the persistent record the injection surfaces
-            return BlockType.memory, f"Memory record {rid} (retrieved from long-term memory): {text}", [], \
-                sources, False
+            return (
+                BlockType.memory,
+                f"Memory record {rid} (retrieved from long-term memory): {text}",
+                [],
+                sources,
+                False,
+            )
         if step.kind is StepKind.tool:
             assert step.tool is not None
-            call_block = self._add(BlockType.tool_call, text=json.dumps({"name": step.tool, "arguments": step.args}),
-                                   resident=False, committed=True)
+            call_block = self._add(
+                BlockType.tool_call,
+                text=json.dumps({"name": step.tool, "arguments": step.args}),
+                resident=False,
+                committed=True,
+            )
             result = self._run_read_only(step.tool, step.args)
-            self.tool_calls.append(ToolCallRecord(
-                session_id=self.sid, call_id=f"{self.sid}:t{self.t}:scaffold", turn=self.t, name=step.tool,
-                arguments=step.args, raw="", consequential=False, committed=True, status="executed",
-                result=result, block_id=call_block.id))
+            self.tool_calls.append(
+                ToolCallRecord(
+                    session_id=self.sid,
+                    call_id=f"{self.sid}:t{self.t}:scaffold",
+                    turn=self.t,
+                    name=step.tool,
+                    arguments=step.args,
+                    raw="",
+                    consequential=False,
+                    committed=True,
+                    status="executed",
+                    result=result,
+                    block_id=call_block.id,
+                )
+            )
             return BlockType.tool_result, self._tool_response(result), [call_block.id], sources, False
         if step.kind is StepKind.tool_return:
             pending, self._pending_results = self._pending_results, []
@@ -207,9 +286,18 @@ class Agent:
         role = "system" if btype in (BlockType.system, BlockType.memory) else "user"
         obs_ids = self._ids(self.chat.message(role, text) + self.chat.generation_prompt())
         obs = self._add(btype, text=text, ids=obs_ids, parents=parents, sources=sources, derived=derived)
-        self.observations.append(ObservationRecord(
-            session_id=self.sid, t=self.t, kind=step.kind.value, phase=step.phase.value, content=text,
-            source_ids=obs.source_ids, independent=step.independent, block_id=obs.id))
+        self.observations.append(
+            ObservationRecord(
+                session_id=self.sid,
+                t=self.t,
+                kind=step.kind.value,
+                phase=step.phase.value,
+                content=text,
+                source_ids=obs.source_ids,
+                independent=step.independent,
+                block_id=obs.id,
+            )
+        )
         turn = self._turn(step, turn_ids)
         self._after_turn(step, turn)
         self._checkpoint(self._boundary_reasons(), boundary=self.t)
@@ -221,16 +309,31 @@ class Agent:
             self.engine.prefill(ids)
         else:
             s = self.settings
-            sampling = Sampling(s.temperature, derive_seed(s.seed, self.t)) if s.temperature > 0 else Sampling()
+            sampling = (
+                Sampling(s.temperature, derive_seed(s.seed, self.t)) if s.temperature > 0 else Sampling()
+            )
             ids = self.engine.generate_turn(
-                prefix_ids=self._ids(step.cue) if step.cue else [], max_tokens=step.max_tokens or s.max_tokens,
-                stop_ids=self._stop_ids, closing_ids=self._closing, closing_after_stop=self._closing_after_stop,
-                sampling=sampling)
-        btype = {StepKind.compact: BlockType.summary, StepKind.plan: BlockType.plan}.get(step.kind,
-                                                                                       BlockType.assistant)
+                prefix_ids=self._ids(step.cue) if step.cue else [],
+                max_tokens=step.max_tokens or s.max_tokens,
+                stop_ids=self._stop_ids,
+                closing_ids=self._closing,
+                closing_after_stop=self._closing_after_stop,
+                sampling=sampling,
+            )
+        btype = {StepKind.compact: BlockType.summary, StepKind.plan: BlockType.plan}.get(
+            step.kind, BlockType.assistant
+        )
         text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
-        return self._add(btype, text=text, ids=ids, parents=list(self.manifest), sources=self.resident_sources(),
-                         derived=True, independent=step.independent, already_in_cache=True)
+        return self._add(
+            btype,
+            text=text,
+            ids=ids,
+            parents=list(self.manifest),
+            sources=self.resident_sources(),
+            derived=True,
+            independent=step.independent,
+            already_in_cache=True,
+        )
 
     def _after_turn(self, step: Step, turn: RuntimeBlock) -> None:
         if step.kind is StepKind.compact:
@@ -238,25 +341,45 @@ class Agent:
             self.engine.crop(self._start_offset)
             self.manifest = list(self.start_manifest)
             text = f"Summary of the conversation so far: {turn.text}"
-            self._add(BlockType.summary, text=text, ids=self._ids(self.chat.message("system", text)),
-                      parents=[turn.id], sources=turn.source_ids, derived=True)
+            self._add(
+                BlockType.summary,
+                text=text,
+                ids=self._ids(self.chat.message("system", text)),
+                parents=[turn.id],
+                sources=turn.source_ids,
+                derived=True,
+            )
             return
         if step.kind is StepKind.remember:
             rid = f"wb-t{self.t}"
             self.memory.add(self.sid, rid, turn.text, turn.source_ids)
-            self._add(BlockType.memory, text=turn.text, parents=[turn.id], sources=turn.source_ids,
-                      resident=False, derived=True, committed=True)
+            self._add(
+                BlockType.memory,
+                text=turn.text,
+                parents=[turn.id],
+                sources=turn.source_ids,
+                resident=False,
+                derived=True,
+                committed=True,
+            )
             return
         for k, (name, args, raw) in enumerate(parse_tool_calls(turn.text)):
             self._tool_call(step, turn, k, name, args, raw)
 
-    def _tool_call(self, step: Step, turn: RuntimeBlock, k: int, name: str, args: dict[str, Any] | None,
-                   raw: str) -> None:
+    def _tool_call(
+        self, step: Step, turn: RuntimeBlock, k: int, name: str, args: dict[str, Any] | None, raw: str
+    ) -> None:
         call_id = f"{self.sid}:t{self.t}:{k}"
         spec = TOOLS.get(name) if name in TOOLS and name in self.episode.tools else None
         consequential = bool(spec and spec.consequential)
-        block = self._add(BlockType.tool_call, text=raw, parents=[turn.id], sources=turn.source_ids,
-                          resident=False, derived=True)
+        block = self._add(
+            BlockType.tool_call,
+            text=raw,
+            parents=[turn.id],
+            sources=turn.source_ids,
+            resident=False,
+            derived=True,
+        )
         status: Any
         result: Any = None
         committed = False
@@ -278,9 +401,60 @@ class Agent:
         block.committed = committed
         if status == "executed":
             self._pending_results.append((block.id, result))
-        self.tool_calls.append(ToolCallRecord(
-            session_id=self.sid, call_id=call_id, turn=self.t, name=name, arguments=args, raw=raw,
-            consequential=consequential, committed=committed, status=status, result=result, block_id=block.id))
+        self.tool_calls.append(
+            ToolCallRecord(
+                session_id=self.sid,
+                call_id=call_id,
+                turn=self.t,
+                name=name,
+                arguments=args,
+                raw=raw,
+                consequential=consequential,
+                committed=committed,
+                status=status,
+                result=result,
+                block_id=block.id,
+            )
+        )
+
+    def resume(self, trace: SessionTrace, checkpoint: Checkpoint) -> int:
+        """Continue a recorded session from ``checkpoint``: restore the cache to its manifest (a crop,
+        plus re-prefill of recorded blocks a compaction had dropped), adopt the recorded artifacts of
+        transitions 1..boundary, and rebuild the environment snapshot. Returns blocks re-prefilled."""
+        if not self.blocks:
+            self.engine.reset()
+        recorded = {b.id: b for b in trace.blocks}
+        missing = [b for b in checkpoint.manifest if b not in recorded]
+        if missing:
+            raise RunFailed(f"checkpoint {checkpoint.id} names block {missing[0]} that the trace lacks")
+        prefilled = restore(self.engine, self.manifest, checkpoint.manifest, recorded)
+        keep = [b for b in trace.blocks if b.turn <= checkpoint.boundary]
+        self.blocks = [b.model_copy(deep=True) for b in keep]
+        self.graph = ArtifactGraph(self.blocks)
+        self.manifest = list(checkpoint.manifest)
+        self.start_manifest = [b.id for b in keep if b.turn == 0 and b.token_span is not None]
+        self._start_offset = sum(len(recorded[b].token_ids) for b in self.start_manifest)
+        self.t = checkpoint.boundary
+        calls = [c for c in trace.tool_calls if c.turn <= checkpoint.boundary]
+        self.tool_calls = [c.model_copy(deep=True) for c in calls]
+        self.observations = [o for o in trace.observations if o.t <= checkpoint.boundary]
+        # The environment at the boundary: the world's initial env plus the committed effects before it
+        # (identical in both worlds before tau, Lemma 1). Only the factual world has a snapshot to match.
+        self.env = copy.deepcopy(self._world_env)
+        for c in calls:
+            if c.consequential and c.committed and c.arguments is not None:
+                TOOLS.get(c.name).fn(self.env, c.arguments)
+        if self.settings.world == "factual" and env_snapshot_id(self.env) != checkpoint.env_snapshot_id:
+            raise RunFailed(
+                f"environment at checkpoint {checkpoint.id} cannot be reproduced (its snapshot id differs)"
+            )
+        self._pending_results = [
+            (c.block_id, c.result)
+            for c in calls
+            if c.turn == checkpoint.boundary and c.status == "executed" and c.raw
+        ]
+        self.checkpoints.items = [c for c in trace.checkpoints if c.boundary <= checkpoint.boundary]
+        return prefilled
 
     def run(self) -> SessionTrace:
         self.start()
@@ -291,12 +465,28 @@ class Agent:
     def trace(self) -> SessionTrace:
         ep = self.episode
         session = SessionRecord(
-            session_id=self.sid, episode_id=ep.id, suite=ep.suite, transitions=len(ep.steps),
-            seed=self.settings.seed, target=TargetInfo(value=ep.target.value, variants=ep.target.variants,
-                                                       kind=ep.target.kind),
-            source_id=ep.source_id, env_initial=ep.env, final_manifest=list(self.manifest))
-        forget = ForgetRequest(session_id=self.sid, target=ep.target.value, source=ep.source_id,
-                               variants=ep.target.variants, reason="episode script")
-        return SessionTrace(session=session, observations=list(self.observations), blocks=list(self.blocks),
-                            tool_calls=list(self.tool_calls), checkpoints=list(self.checkpoints.items),
-                            forget_requests=[forget] if self.settings.world == "factual" else [])
+            session_id=self.sid,
+            episode_id=ep.id,
+            suite=ep.suite,
+            transitions=len(ep.steps),
+            seed=self.settings.seed,
+            target=TargetInfo(value=ep.target.value, variants=ep.target.variants, kind=ep.target.kind),
+            source_id=ep.source_id,
+            env_initial=ep.env,
+            final_manifest=list(self.manifest),
+        )
+        forget = ForgetRequest(
+            session_id=self.sid,
+            target=ep.target.value,
+            source=ep.source_id,
+            variants=ep.target.variants,
+            reason="episode script",
+        )
+        return SessionTrace(
+            session=session,
+            observations=list(self.observations),
+            blocks=list(self.blocks),
+            tool_calls=list(self.tool_calls),
+            checkpoints=list(self.checkpoints.items),
+            forget_requests=[forget] if self.settings.world == "factual" else [],
+        )

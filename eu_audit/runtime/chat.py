@@ -29,8 +29,13 @@ class ChatFormat:
 
 
 CHATML = ChatFormat("chatml", "<|im_start|>{role}\n", "<|im_end|>\n", ("<|im_end|>",))
-LLAMA3 = ChatFormat("llama3", "<|start_header_id|>{role}<|end_header_id|>\n\n", "<|eot_id|>", ("<|eot_id|>",),
-                    bos="<|begin_of_text|>")
+LLAMA3 = ChatFormat(
+    "llama3",
+    "<|start_header_id|>{role}<|end_header_id|>\n\n",
+    "<|eot_id|>",
+    ("<|eot_id|>",),
+    bos="<|begin_of_text|>",
+)
 
 
 def detect_chat_format(tokenizer: object) -> ChatFormat:
@@ -39,5 +44,7 @@ def detect_chat_format(tokenizer: object) -> ChatFormat:
         return CHATML
     if "<|start_header_id|>" in template:
         return LLAMA3
-    raise BadInput("unsupported chat template: eu-audit renders ChatML (Qwen, SmolLM2) and Llama-3 "
-                   "formats; this model's template is neither")
+    raise BadInput(
+        "unsupported chat template: eu-audit renders ChatML (Qwen, SmolLM2) and Llama-3 "
+        "formats; this model's template is neither"
+    )

@@ -41,7 +41,9 @@ class TokenAccount:
         return TokenAccount(**{f.name: getattr(self, f.name) for f in fields(self)})
 
     def since(self, earlier: TokenAccount) -> TokenAccount:
-        return TokenAccount(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})
+        return TokenAccount(
+            **{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)}
+        )
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,16 @@ class KVEngine(Protocol):
 
     def prefill(self, ids: Sequence[int]) -> None: ...
 
-    def generate_turn(self, *, prefix_ids: Sequence[int], max_tokens: int, stop_ids: Sequence[int],
-                      closing_ids: Sequence[int], closing_after_stop: Sequence[int],
-                      sampling: Sampling) -> list[int]: ...
+    def generate_turn(
+        self,
+        *,
+        prefix_ids: Sequence[int],
+        max_tokens: int,
+        stop_ids: Sequence[int],
+        closing_ids: Sequence[int],
+        closing_after_stop: Sequence[int],
+        sampling: Sampling,
+    ) -> list[int]: ...
 
     def crop(self, offset: int) -> None: ...
 
@@ -108,7 +117,8 @@ class HFEngine:
         if kinds - {"DynamicLayer"}:
             raise CropUnsupported(
                 f"model '{self.loaded.name}' has cache layers {sorted(kinds)}: sliding-window or recurrent "
-                "layers cannot be cropped exactly, so checkpoints could not be restored by a crop")
+                "layers cannot be cropped exactly, so checkpoints could not be restored by a crop"
+            )
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -128,8 +138,11 @@ class HFEngine:
         """The cache as named tensors (for an optional safetensors sidecar)."""
         out = {}
         for i, layer in enumerate(self.cache.layers):
-            out[f"layer{i}.keys"] = layer.keys[0].contiguous().cpu()
-            out[f"layer{i}.values"] = layer.values[0].contiguous().cpu()
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if keys is None or values is None:
+                continue  # a layer not yet written to
+            out[f"layer{i}.keys"] = keys[0].contiguous().cpu()
+            out[f"layer{i}.values"] = values[0].contiguous().cpu()
         return out
 
     # -- primitives ----------------------------------------------------------------------------
@@ -181,8 +194,9 @@ class HFEngine:
         probs = torch.softmax(logits / sampling.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=gen))
 
-    def decode(self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling,
-               prefix_ids: Sequence[int] = ()) -> list[int]:
+    def decode(
+        self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling, prefix_ids: Sequence[int] = ()
+    ) -> list[int]:
         """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
         included). The state is left token-by-token: call ``commit`` to make it canonical."""
         if prefix_ids:
@@ -210,9 +224,16 @@ class HFEngine:
         self._forward(ids)
         self.account.prefilled += len(ids)
 
-    def generate_turn(self, *, prefix_ids: Sequence[int], max_tokens: int, stop_ids: Sequence[int],
-                      closing_ids: Sequence[int], closing_after_stop: Sequence[int],
-                      sampling: Sampling) -> list[int]:
+    def generate_turn(
+        self,
+        *,
+        prefix_ids: Sequence[int],
+        max_tokens: int,
+        stop_ids: Sequence[int],
+        closing_ids: Sequence[int],
+        closing_after_stop: Sequence[int],
+        sampling: Sampling,
+    ) -> list[int]:
         """One model turn under the canonical schedule; returns the committed ids of the turn:
         forced prefix + generated ids + the closing marker the chat format needs."""
         start = self.offset

@@ -25,19 +25,26 @@ class MemoryStore:
         self.db.commit()
 
     def add(self, session_id: str, record_id: str, text: str, source_ids: list[str]) -> None:
-        self.db.execute("INSERT OR REPLACE INTO memory VALUES (?, ?, ?, ?, 0)",
-                        (session_id, record_id, text, json.dumps(source_ids)))
+        self.db.execute(
+            "INSERT OR REPLACE INTO memory VALUES (?, ?, ?, ?, 0)",
+            (session_id, record_id, text, json.dumps(source_ids)),
+        )
         self.db.commit()
 
     def delete(self, session_id: str, record_id: str) -> bool:
-        cur = self.db.execute("UPDATE memory SET deleted = 1, text = '' WHERE session_id = ? AND record_id = ?",
-                              (session_id, record_id))
+        cur = self.db.execute(
+            "UPDATE memory SET deleted = 1, text = '' WHERE session_id = ? AND record_id = ?",
+            (session_id, record_id),
+        )
         self.db.commit()
         return cur.rowcount > 0
 
     def records(self, session_id: str) -> list[tuple[str, str, list[str]]]:
-        rows = self.db.execute("SELECT record_id, text, source_ids FROM memory WHERE session_id = ? "
-                               "AND deleted = 0 ORDER BY rowid", (session_id,)).fetchall()
+        rows = self.db.execute(
+            "SELECT record_id, text, source_ids FROM memory WHERE session_id = ? "
+            "AND deleted = 0 ORDER BY rowid",
+            (session_id,),
+        ).fetchall()
         return [(r[0], r[1], json.loads(r[2])) for r in rows]
 
     def close(self) -> None:
@@ -57,8 +64,10 @@ class Outbox:
 
     def fire(self, call_id: str, session_id: str, tool: str, arguments: dict[str, object]) -> bool:
         """Perform the side effect once; False when this call id already fired (deduplicated)."""
-        cur = self.db.execute("INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, ?)",
-                              (call_id, session_id, tool, json.dumps(arguments, sort_keys=True)))
+        cur = self.db.execute(
+            "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, ?)",
+            (call_id, session_id, tool, json.dumps(arguments, sort_keys=True)),
+        )
         self.db.commit()
         return cur.rowcount == 1
 

