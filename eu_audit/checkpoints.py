@@ -107,15 +107,44 @@ class _HasIds(Protocol):
     def token_ids(self) -> list[int]: ...
 
 
+def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+class _Spanned(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def turn(self) -> int: ...
+    @property
+    def token_span(self) -> tuple[int, int] | None: ...
+
+
+def manifest_at(blocks: Sequence[_Spanned], boundary: int) -> list[str]:
+    """The blocks resident in the cache after transition ``boundary``, derived from the recorded
+    token spans: a block that starts before the end of the resident context means the context was
+    rewritten there (a compaction cropped it), so the blocks beyond that point left the cache."""
+    resident: list[_Spanned] = []
+    for b in blocks:
+        if b.turn > boundary or b.token_span is None:
+            continue
+        start = b.token_span[0]
+        while resident and resident[-1].token_span is not None and resident[-1].token_span[1] > start:
+            resident.pop()
+        resident.append(b)
+    return [b.id for b in resident]
+
+
 def restore(
     engine: _Engine, current: Sequence[str], target: Sequence[str], blocks: Mapping[str, _HasIds]
 ) -> int:
     """Bring the cache from manifest ``current`` to manifest ``target``: keep the longest shared prefix
     by a crop (Lemma 1: cropping is restoring), prefill any recorded blocks still missing (after a
     compaction the clean prefix may no longer be resident). Returns the number of blocks re-prefilled."""
-    keep = 0
-    while keep < min(len(current), len(target)) and current[keep] == target[keep]:
-        keep += 1
+    keep = common_prefix(current, target)
     engine.crop(sum(len(blocks[b].token_ids) for b in current[:keep]))
     for bid in target[keep:]:
         engine.prefill(blocks[bid].token_ids)

@@ -15,22 +15,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from eu_audit.errors import BadInput
 
 
-def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
-    """(field path, message) of the first error, e.g. ('block.turn', 'Input should be a valid integer')."""
+def describe_validation_error(exc: ValidationError, tag: object = None) -> tuple[str, str]:
+    """(field path, message) of the first error, e.g. ('block.turn', 'Input should be a valid integer').
+    ``tag`` is the record's discriminator value, which pydantic puts first in the error location."""
     err = exc.errors()[0]
     loc = [str(p) for p in err.get("loc", ())]
-    # Drop the discriminator tag pydantic puts first for tagged unions (e.g. 'block').
-    if len(loc) > 1 and loc[0] in {
-        "header",
-        "session",
-        "observation",
-        "block",
-        "tool_call",
-        "checkpoint",
-        "forget_request",
-        "ledger",
-        "end",
-    }:
+    if len(loc) > 1 and tag is not None and loc[0] == str(tag):
         loc = loc[1:]
     return ".".join(loc) or "(record)", err.get("msg", "invalid")
 
@@ -53,7 +43,8 @@ def iter_jsonl(path: Path, adapter: TypeAdapter[Any]) -> Iterator[tuple[int, Any
             try:
                 yield lineno, adapter.validate_python(obj)
             except ValidationError as exc:
-                fld, msg = describe_validation_error(exc)
+                tag = obj.get("type") if isinstance(obj, dict) else None
+                fld, msg = describe_validation_error(exc, tag)
                 raise BadInput(msg, path=str(path), line=lineno, field=fld) from None
 
 

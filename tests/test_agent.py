@@ -43,8 +43,10 @@ def test_target_enters_at_tau_and_turns_generated_while_it_is_resident_inherit_i
     for b in trace.blocks:
         if b.turn < memory_episode.tau:
             assert b.id not in closure and not b.source_ids
-        if b.derived and b.turn >= memory_episode.tau:
+        if b.derived and b.turn >= memory_episode.tau and not b.independent:
             assert source in b.source_ids and b.id in closure  # oracle propagation
+        if b.independent:  # an isolated sub-task never saw the target: certified clean
+            assert b.id not in closure and not b.source_ids
     # observations after tau are external and stay clean
     assert all(not b.source_ids for b in trace.blocks if b.type is BlockType.user)
 
@@ -110,7 +112,7 @@ def test_a_consequential_tool_fires_once_and_replaying_its_transition_never_fire
     for _ in range(2):  # replay the suffix twice from a checkpoint before the call
         again = make_agent(tiny, ep, state, engine=agent.engine)
         cp = next(c for c in trace.checkpoints if c.boundary == 2 and CheckpointReason.turn in c.reasons)
-        again.resume(trace, cp)
+        again.resume(trace, cp, held=trace.session.final_manifest)
         for step in ep.steps[cp.boundary :]:
             again.step(step)
         assert len(outbox.rows("s0")) == 1

@@ -92,6 +92,7 @@ def test_json_schema_describes_every_record_type() -> None:
         "checkpoint",
         "forget_request",
         "ledger",
+        "receipt",
         "end",
     }
 

@@ -22,6 +22,7 @@ from eu_audit.bundle.records import (
     Header,
     LedgerRecord,
     ObservationRecord,
+    ReceiptRecord,
     SessionRecord,
     ToolCallRecord,
 )
@@ -44,6 +45,7 @@ class SessionTrace:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     forget_requests: list[ForgetRequest] = field(default_factory=list)
     ledgers: list[LedgerRecord] = field(default_factory=list)
+    receipts: list[ReceiptRecord] = field(default_factory=list)
 
     @property
     def session_id(self) -> str:
@@ -71,6 +73,7 @@ class SessionTrace:
         out += [CheckpointRecord(session_id=sid, checkpoint=c) for c in self.checkpoints]
         out += self.forget_requests
         out += self.ledgers
+        out += self.receipts
         return out
 
 
@@ -206,6 +209,8 @@ def _attach(trace: SessionTrace, rec: Any, path: Path, lineno: int) -> None:
         trace.forget_requests.append(rec)
     elif isinstance(rec, LedgerRecord):
         trace.ledgers.append(rec)
+    elif isinstance(rec, ReceiptRecord):
+        trace.receipts.append(rec)
 
 
 def write_bundle(path: str | Path, records: Iterable[BaseModel]) -> Path:

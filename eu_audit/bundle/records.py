@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from eu_audit.checkpoints import Checkpoint
+from eu_audit.episodes import Episode
 from eu_audit.runtime.blocks import RuntimeBlock
 
 SCHEMA_VERSION = "eu-audit/trace@1"
@@ -54,6 +55,20 @@ class TargetInfo(_Record):
     kind: str = "identifier"
 
 
+class MemoryEntry(_Record):
+    id: str
+    text: str
+    source_ids: list[str] = Field(default_factory=list)
+    derived: bool = False  # a model-written write-back (vs a record the user or platform stored)
+
+
+class SinkPolicy(_Record):
+    """FIDES-style sink gating: identifier-type tool arguments carrying a tainted value are blocked."""
+
+    blocked_values: list[str]
+    identifier_args: dict[str, list[str]]  # tool name -> argument names that route or select
+
+
 class SessionRecord(_Record):
     type: Literal["session"] = "session"
     session_id: str
@@ -63,8 +78,13 @@ class SessionRecord(_Record):
     seed: int
     target: TargetInfo
     source_id: str
-    env_initial: dict[str, Any] = Field(default_factory=dict)
     final_manifest: list[str] = Field(default_factory=list)  # blocks resident in the cache at R_T
+    memory_final: list[MemoryEntry] = Field(default_factory=list)  # the persistent store at R_T
+    method: str | None = None  # the forget method that produced this state (None: as recorded)
+    parent_session: str | None = None  # the recorded session a post-forget state derives from
+    kv_excised: list[tuple[int, int]] = Field(default_factory=list)  # positions cut from the final cache
+    sink_policy: SinkPolicy | None = None  # information-flow sink policy in force (B8, B9)
+    episode: Episode  # the script, counterfactual stream included: bundles are self-contained for replay
 
 
 class ObservationRecord(_Record):
@@ -129,6 +149,26 @@ class LedgerRecord(_Record):
     closure_size: int | None = None
 
 
+class Occurrence(_Record):
+    where: Literal["context", "memory", "pending_tool_call", "committed_tool_call"]
+    id: str
+    kind: str  # block type, "memory", or the tool name
+    turn: int | None = None
+
+
+class ReceiptRecord(_Record):
+    """A forget receipt: where the target's variants are left in the post-forget state."""
+
+    type: Literal["receipt"] = "receipt"
+    session_id: str
+    method: str
+    target: str
+    clean: bool  # no occurrence in context, memory or pending tool calls
+    occurrences: list[Occurrence] = Field(default_factory=list)
+    blocked_sinks: int = 0  # pending calls a sink policy would block
+    shadowed_calls: int = 0  # consequential calls replay shadow-executed instead of firing
+
+
 class EndRecord(_Record):
     type: Literal["end"] = "end"
     records: int  # lines before this one, header included
@@ -143,6 +183,7 @@ Record = Annotated[
     | CheckpointRecord
     | ForgetRequest
     | LedgerRecord
+    | ReceiptRecord
     | EndRecord,
     Field(discriminator="type"),
 ]
@@ -155,6 +196,7 @@ SESSION_SCOPED = (
     CheckpointRecord,
     ForgetRequest,
     LedgerRecord,
+    ReceiptRecord,
 )
 
 

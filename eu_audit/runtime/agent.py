@@ -17,12 +17,20 @@ from typing import Any, Literal
 from eu_audit.bundle.io import SessionTrace
 from eu_audit.bundle.records import (
     ForgetRequest,
+    MemoryEntry,
     ObservationRecord,
     SessionRecord,
     TargetInfo,
     ToolCallRecord,
 )
-from eu_audit.checkpoints import Checkpoint, CheckpointPolicy, CheckpointReason, CheckpointStore, restore
+from eu_audit.checkpoints import (
+    Checkpoint,
+    CheckpointPolicy,
+    CheckpointReason,
+    CheckpointStore,
+    common_prefix,
+    manifest_at,
+)
 from eu_audit.episodes import Episode, Step, StepKind
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.provenance import ArtifactGraph
@@ -46,6 +54,7 @@ INSTRUCTIONS = {
 }
 
 World = Literal["factual", "counterfactual"]
+WRITE_BACK_PREFIX = "wb-t"  # memory records the model wrote (derived artifacts)
 
 
 def derive_seed(*parts: object) -> int:
@@ -66,6 +75,9 @@ class AgentSettings:
     seed: int = 0
     checkpoint_policy: CheckpointPolicy = CheckpointPolicy.every_turn
     world: World = "factual"
+    #: replay mode: consequential calls are shadow-executed on the agent's environment copy and never
+    #: reach the outbox; a call id that already fired takes its recorded result (dedup by call id)
+    shadow_consequential: bool = False
 
 
 class Agent:
@@ -78,8 +90,10 @@ class Agent:
         settings: AgentSettings,
         memory: MemoryStore,
         outbox: Outbox,
+        recorded_calls: Sequence[ToolCallRecord] = (),
     ) -> None:
         self.engine, self.chat, self.episode = engine, chat, episode
+        self.recorded_calls = {c.call_id: c for c in recorded_calls}
         self.sid, self.settings = session_id, settings
         self.memory, self.outbox = memory, outbox
         self.tokenizer = engine.loaded.tokenizer
@@ -102,6 +116,11 @@ class Agent:
         self._start_offset = 0
         self.t = 0
         self._pending_results: list[tuple[str, Any]] = []  # (tool_call block id, result) for tool_return
+        self._side: HFEngine | None = None  # second cache for isolated (independent) sub-tasks
+        #: t -> (observation ids, turn ids) of recorded independent turns that replay may re-prefill
+        #: when the replayed observation is token-identical (so the turn's content is fixed)
+        self.fixed_turns: dict[int, tuple[list[int], list[int]]] = {}
+        self.fixed_reused = 0
         stop = self._ids(chat.stop_strings[0])
         self._stop_ids = stop[-1:]
         self._closing = self._ids(chat.end)
@@ -304,36 +323,66 @@ class Agent:
         return turn
 
     def _turn(self, step: Step, turn_ids: Sequence[int] | None) -> RuntimeBlock:
+        obs = self.graph.blocks[self.manifest[-1]]
+        fixed = self.fixed_turns.get(self.t) if step.independent else None
+        if turn_ids is None and fixed is not None and fixed[0] == obs.token_ids:
+            turn_ids = fixed[1]
+            self.fixed_reused += 1
         if turn_ids is not None:
             ids = list(turn_ids)
             self.engine.prefill(ids)
+        elif step.independent:
+            ids = self._isolated_turn(step, obs)
+            self.engine.prefill(ids)  # the finished turn enters the main context as one chunk
         else:
-            s = self.settings
-            sampling = (
-                Sampling(s.temperature, derive_seed(s.seed, self.t)) if s.temperature > 0 else Sampling()
-            )
-            ids = self.engine.generate_turn(
-                prefix_ids=self._ids(step.cue) if step.cue else [],
-                max_tokens=step.max_tokens or s.max_tokens,
-                stop_ids=self._stop_ids,
-                closing_ids=self._closing,
-                closing_after_stop=self._closing_after_stop,
-                sampling=sampling,
-            )
+            ids = self.engine.generate_turn(sampling=self._sampling(), **self._turn_args(step))
         btype = {StepKind.compact: BlockType.summary, StepKind.plan: BlockType.plan}.get(
             step.kind, BlockType.assistant
         )
         text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        if step.independent:
+            # Structural independence: the turn was computed from the system prompt and its own
+            # observation only, so it cannot depend on the target; its one parent says so.
+            parents, sources = [self.manifest[0], obs.id], list(obs.source_ids)
+        else:
+            parents, sources = list(self.manifest), self.resident_sources()
         return self._add(
             btype,
             text=text,
             ids=ids,
-            parents=list(self.manifest),
-            sources=self.resident_sources(),
+            parents=parents,
+            sources=sources,
             derived=True,
             independent=step.independent,
             already_in_cache=True,
         )
+
+    def _sampling(self) -> Sampling:
+        s = self.settings
+        return Sampling(s.temperature, derive_seed(s.seed, self.t)) if s.temperature > 0 else Sampling()
+
+    def _turn_args(self, step: Step) -> dict[str, Any]:
+        return {
+            "prefix_ids": self._ids(step.cue) if step.cue else [],
+            "max_tokens": step.max_tokens or self.settings.max_tokens,
+            "stop_ids": self._stop_ids,
+            "closing_ids": self._closing,
+            "closing_after_stop": self._closing_after_stop,
+        }
+
+    def _isolated_turn(self, step: Step, obs: RuntimeBlock) -> list[int]:
+        """An independent step runs as an isolated sub-task: a second cache on the same model that
+        holds only the system prompt and this observation (an unrelated sub-task, a routine poll).
+        Its output is then fixed content in both worlds, which replay may re-prefill instead of
+        re-decode. Its tokens are accounted on the main engine."""
+        if self._side is None:
+            self._side = type(self.engine)(self.engine.loaded)
+            self._side.account = self.engine.account
+        side = self._side
+        side.reset()
+        side.prefill(self.graph.blocks[self.manifest[0]].token_ids)
+        side.prefill(obs.token_ids)
+        return list(side.generate_turn(sampling=self._sampling(), **self._turn_args(step)))
 
     def _after_turn(self, step: Step, turn: RuntimeBlock) -> None:
         if step.kind is StepKind.compact:
@@ -351,7 +400,7 @@ class Agent:
             )
             return
         if step.kind is StepKind.remember:
-            rid = f"wb-t{self.t}"
+            rid = f"{WRITE_BACK_PREFIX}{self.t}"
             self.memory.add(self.sid, rid, turn.text, turn.source_ids)
             self._add(
                 BlockType.memory,
@@ -389,6 +438,14 @@ class Agent:
             status = "malformed"
         elif step.kind is StepKind.plan:
             status = "pending"  # a pending plan: recorded, not executed
+        elif consequential and self.settings.shadow_consequential:
+            fired = self.recorded_calls.get(call_id)
+            if fired is not None and fired.committed:
+                result, committed = fired.result, True  # it already happened once: never again
+                spec.fn(self.env, args)  # the environment still moves as it did
+            else:
+                result = spec.fn(self.env, args)  # counterfactual call: computed, not performed
+            status = "shadowed"
         elif consequential:
             # Checkpoint before the side effect: replay can restore to a state where it has not fired.
             self._checkpoint({CheckpointReason.before_consequential}, boundary=self.t)
@@ -399,7 +456,7 @@ class Agent:
             result = self._run_read_only(name, args)
             status = "executed"
         block.committed = committed
-        if status == "executed":
+        if status in ("executed", "shadowed"):
             self._pending_results.append((block.id, result))
         self.tool_calls.append(
             ToolCallRecord(
@@ -417,44 +474,87 @@ class Agent:
             )
         )
 
-    def resume(self, trace: SessionTrace, checkpoint: Checkpoint) -> int:
-        """Continue a recorded session from ``checkpoint``: restore the cache to its manifest (a crop,
-        plus re-prefill of recorded blocks a compaction had dropped), adopt the recorded artifacts of
-        transitions 1..boundary, and rebuild the environment snapshot. Returns blocks re-prefilled."""
-        if not self.blocks:
-            self.engine.reset()
+    def resume(
+        self,
+        trace: SessionTrace,
+        checkpoint: Checkpoint,
+        boundary: int | None = None,
+        held: Sequence[str] | None = None,
+    ) -> int:
+        """Continue a recorded session at R_boundary (default: the checkpoint's own boundary).
+
+        The cache keeps, by one crop, what it shares with the checkpoint's manifest (Lemma 1: cropping
+        is restoring); recorded blocks still missing up to ``boundary`` (the checkpoint's remainder,
+        blocks a compaction dropped, clean transitions between the checkpoint and ``boundary``) are
+        prefilled from their recorded token ids, which is exact under the canonical schedule and
+        invokes no model turn. The agent adopts the recorded artifacts of transitions 1..boundary and
+        rebuilds the environment and memory store at that point. ``held`` is the manifest the engine's
+        cache holds now (default: this agent's own). Returns the tokens re-prefilled."""
+        boundary = checkpoint.boundary if boundary is None else boundary
+        if boundary < checkpoint.boundary:
+            raise ValueError(f"cannot resume at {boundary} from a later checkpoint ({checkpoint.boundary})")
         recorded = {b.id: b for b in trace.blocks}
         missing = [b for b in checkpoint.manifest if b not in recorded]
         if missing:
             raise RunFailed(f"checkpoint {checkpoint.id} names block {missing[0]} that the trace lacks")
-        prefilled = restore(self.engine, self.manifest, checkpoint.manifest, recorded)
-        keep = [b for b in trace.blocks if b.turn <= checkpoint.boundary]
-        self.blocks = [b.model_copy(deep=True) for b in keep]
+        target = manifest_at(trace.blocks, boundary)
+        keep = min(
+            common_prefix(self.manifest, checkpoint.manifest), common_prefix(checkpoint.manifest, target)
+        )
+        if not self.manifest:
+            self.engine.reset()
+        self.engine.crop(sum(len(recorded[b].token_ids) for b in self.manifest[:keep]))
+        before = self.engine.account.prefilled
+        for bid in target[keep:]:
+            self.engine.prefill(recorded[bid].token_ids)
+        keep_blocks = [b for b in trace.blocks if b.turn <= boundary]
+        self.blocks = [b.model_copy(deep=True) for b in keep_blocks]
         self.graph = ArtifactGraph(self.blocks)
-        self.manifest = list(checkpoint.manifest)
-        self.start_manifest = [b.id for b in keep if b.turn == 0 and b.token_span is not None]
+        self.manifest = list(target)
+        self.start_manifest = [b.id for b in keep_blocks if b.turn == 0 and b.token_span is not None]
         self._start_offset = sum(len(recorded[b].token_ids) for b in self.start_manifest)
-        self.t = checkpoint.boundary
-        calls = [c for c in trace.tool_calls if c.turn <= checkpoint.boundary]
+        self.t = boundary
+        calls = [c for c in trace.tool_calls if c.turn <= boundary]
         self.tool_calls = [c.model_copy(deep=True) for c in calls]
-        self.observations = [o for o in trace.observations if o.t <= checkpoint.boundary]
+        self.observations = [o for o in trace.observations if o.t <= boundary]
         # The environment at the boundary: the world's initial env plus the committed effects before it
         # (identical in both worlds before tau, Lemma 1). Only the factual world has a snapshot to match.
         self.env = copy.deepcopy(self._world_env)
         for c in calls:
             if c.consequential and c.committed and c.arguments is not None:
                 TOOLS.get(c.name).fn(self.env, c.arguments)
-        if self.settings.world == "factual" and env_snapshot_id(self.env) != checkpoint.env_snapshot_id:
+        recorded_env = checkpoint.env_snapshot_id  # empty for handles not taken during the recording
+        if (
+            recorded_env
+            and self.settings.world == "factual"
+            and boundary == checkpoint.boundary
+            and env_snapshot_id(self.env) != recorded_env
+        ):
             raise RunFailed(
                 f"environment at checkpoint {checkpoint.id} cannot be reproduced (its snapshot id differs)"
             )
+        self._seed_memory(boundary)
         self._pending_results = [
             (c.block_id, c.result)
             for c in calls
-            if c.turn == checkpoint.boundary and c.status == "executed" and c.raw
+            if c.turn == boundary and c.status in ("executed", "shadowed") and c.raw
         ]
-        self.checkpoints.items = [c for c in trace.checkpoints if c.boundary <= checkpoint.boundary]
-        return prefilled
+        self.checkpoints.items = [c for c in trace.checkpoints if c.boundary <= boundary]
+        return self.engine.account.prefilled - before
+
+    def _seed_memory(self, boundary: int) -> None:
+        """The persistent store as it stood after transition ``boundary``."""
+        for item in self.episode.memory:
+            self.memory.add(self.sid, item.id, item.text, [])
+        for t, step in enumerate(self.episode.steps[:boundary], 1):
+            if step.kind is StepKind.memory:
+                factual = self.settings.world == "factual"
+                text = step.content if factual or step.counterfactual is None else step.counterfactual
+                sources = [step.source] if step.source and factual else []
+                self.memory.add(self.sid, step.memory_id or f"m-t{t}", text, sources)
+        for b in self.blocks:
+            if b.type is BlockType.memory and b.derived and b.token_span is None:
+                self.memory.add(self.sid, f"{WRITE_BACK_PREFIX}{b.turn}", b.text, b.source_ids)
 
     def run(self) -> SessionTrace:
         self.start()
@@ -472,8 +572,12 @@ class Agent:
             seed=self.settings.seed,
             target=TargetInfo(value=ep.target.value, variants=ep.target.variants, kind=ep.target.kind),
             source_id=ep.source_id,
-            env_initial=ep.env,
             final_manifest=list(self.manifest),
+            memory_final=[
+                MemoryEntry(id=r, text=t, source_ids=src, derived=r.startswith(WRITE_BACK_PREFIX))
+                for r, t, src in self.memory.records(self.sid)
+            ],
+            episode=ep,
         )
         forget = ForgetRequest(
             session_id=self.sid,

@@ -177,6 +177,24 @@ class HFEngine:
         self._truncate(offset)
         self.account.reused += offset
 
+    def excise(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Delete token positions from the middle of the cache, keeping every other position's KV as
+        computed (span-only excision, the invalidation ablation). The kept keys still carry their old
+        rotary positions while later tokens are placed by the shorter length: the state the model
+        then reads is one no prefill of any text produces, which is the point of the ablation."""
+        drop: set[int] = set()
+        for a, b in ranges:
+            drop.update(range(a, b))
+        keep = torch.tensor([i for i in range(self.offset) if i not in drop], dtype=torch.long)
+        for layer in self.cache.layers:
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if keys is None or values is None:
+                continue
+            layer.keys = keys.index_select(-2, keep.to(keys.device))  # type: ignore[union-attr]
+            layer.values = values.index_select(-2, keep.to(values.device))  # type: ignore[union-attr]
+        self._tokens = [t for i, t in enumerate(self._tokens) if i not in drop]
+        self._last_logits = None
+
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:
         """Run continuations from the current state, then come back to it by a crop."""

@@ -9,6 +9,8 @@ from pathlib import Path
 
 
 def _private_db(path: Path) -> sqlite3.Connection:
+    if str(path) == ":memory:":  # an ephemeral store (a method's scratch state)
+        return sqlite3.connect(":memory:")
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # created private: it holds targets
@@ -70,6 +72,9 @@ class Outbox:
         )
         self.db.commit()
         return cur.rowcount == 1
+
+    def fired(self, call_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM outbox WHERE call_id = ?", (call_id,)).fetchone() is not None
 
     def rows(self, session_id: str | None = None) -> list[tuple[str, str, str, str]]:
         q = "SELECT call_id, session_id, tool, arguments FROM outbox"

@@ -1,0 +1,251 @@
+"""What every forget method shares: the contaminated base state, the forget request resolved against
+provenance, and the helpers that turn an edited session into a post-forget state.
+
+Every method branches from the *same* contaminated base state R_T (the recorded session's final cache,
+rebuilt from its token ids), so comparisons are paired. A method returns the post-forget state as a
+session trace (blocks, cache manifest, memory, tool calls) plus a recompute ledger.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eu_audit.bundle.io import SessionTrace
+from eu_audit.bundle.records import ForgetRequest, LedgerRecord, MemoryEntry, SinkPolicy
+from eu_audit.checkpoints import Checkpoint, CheckpointReason, manifest_at
+from eu_audit.errors import BadInput
+from eu_audit.registry import Registry
+from eu_audit.runtime.agent import Agent, AgentSettings, World
+from eu_audit.runtime.blocks import RuntimeBlock
+from eu_audit.runtime.chat import ChatFormat
+from eu_audit.runtime.engine import HFEngine, TokenAccount
+from eu_audit.runtime.memory import MemoryStore, Outbox
+from eu_audit.runtime.models import LoadedModel
+from eu_audit.runtime.tools import TOOLS
+from eu_audit.textmatch import normalise
+
+
+@dataclass
+class ForgetContext:
+    loaded: LoadedModel
+    chat: ChatFormat
+    engine: HFEngine
+    trace: SessionTrace  # the recorded, contaminated session
+    request: ForgetRequest  # (z, s)
+    settings: AgentSettings  # the recording's decoding settings
+    outbox: Outbox  # the real sink; replay only reads it
+    source: str = ""
+    tau: int = 0
+    closure: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        """Lines 1-3 of Algorithm 1: LocateSource, FirstEntry, TaintClosure."""
+        g = self.trace.graph()
+        located = g.locate_source(self.request.target, self.request.variants)  # BadInput if z is absent
+        self.source = self.request.source or located
+        self.tau = g.first_entry(self.source)  # BadInput if s does not exist
+        self.closure = g.taint_closure(self.source)
+
+    @property
+    def variants(self) -> list[str]:
+        return [self.request.target, *self.request.variants]
+
+    @property
+    def T(self) -> int:
+        return self.trace.session.transitions
+
+    def base_tokens(self) -> list[list[int]]:
+        blocks = {b.id: b for b in self.trace.blocks}
+        return [blocks[b].token_ids for b in self.trace.session.final_manifest]
+
+    def base_state(self) -> None:
+        """Put the engine back at the contaminated R_T: crop to the longest segment prefix it still
+        shares with the base, prefill the rest from recorded ids (exact under the schedule)."""
+        cur = self.engine.tokens
+        keep, offset = 0, 0
+        segments = self.base_tokens()
+        for seg in segments:
+            if cur[offset : offset + len(seg)] != seg:
+                break
+            keep, offset = keep + 1, offset + len(seg)
+        self.engine.crop(offset)
+        for seg in segments[keep:]:
+            self.engine.prefill(seg)
+
+    def new_agent(self, *, world: World = "counterfactual", shadow: bool = True) -> Agent:
+        settings = AgentSettings(
+            max_tokens=self.settings.max_tokens,
+            temperature=self.settings.temperature,
+            seed=self.trace.session.seed,
+            checkpoint_policy=self.settings.checkpoint_policy,
+            world=world,
+            shadow_consequential=shadow,
+        )
+        # The agent keeps the recorded session id so call ids match the record (dedup by call id).
+        return Agent(
+            self.engine,
+            self.chat,
+            self.trace.session.episode,
+            self.trace.session_id,
+            settings,
+            MemoryStore(Path(":memory:")),
+            self.outbox,
+            recorded_calls=self.trace.tool_calls,
+        )
+
+    def checkpoint_at(self, boundary: int) -> Checkpoint:
+        """A handle on the recorded state R_boundary (for a state the cache or a prefix cache holds)."""
+        return Checkpoint(
+            id=f"state@{boundary}",
+            boundary=boundary,
+            reasons=[CheckpointReason.turn],
+            token_offset=0,
+            cache_handle="",
+            env_snapshot_id="",
+            manifest=manifest_at(self.trace.blocks, boundary),
+        )
+
+
+@dataclass
+class MethodResult:
+    trace: SessionTrace
+    ledger: LedgerRecord
+
+
+Method = Callable[[ForgetContext], MethodResult]
+METHODS: Registry[Method] = Registry("methods")
+DESCRIPTIONS: dict[str, str] = {}
+
+
+def method(name: str, description: str) -> Callable[[Method], Method]:
+    """Register a forget method: ``@method("b7", "selective replay")`` on ``fn(ctx) -> MethodResult``."""
+
+    def deco(fn: Method) -> Method:
+        METHODS.add(name, fn)
+        DESCRIPTIONS[name] = description
+        return fn
+
+    return deco
+
+
+# -- helpers the methods share ---------------------------------------------------------------------
+
+
+class Meter:
+    """Counts what one method application costs: tokens by kind from the engine, wall time."""
+
+    def __init__(self, ctx: ForgetContext) -> None:
+        self.ctx = ctx
+        self.start = ctx.engine.account.copy()
+        self.t0 = time.perf_counter()
+
+    def ledger(self, method: str, transitions: int, **extra: object) -> LedgerRecord:
+        d: TokenAccount = self.ctx.engine.account.since(self.start)
+        return LedgerRecord(
+            session_id=self.ctx.trace.session_id,
+            method=method,
+            transitions_replayed=transitions,
+            tokens_reused=d.reused,
+            tokens_prefilled=d.prefilled,
+            tokens_decoded=d.decoded,
+            wall_s=round(time.perf_counter() - self.t0, 4),
+            tau=self.ctx.tau,
+            closure_size=len(self.ctx.closure),
+            **extra,  # type: ignore[arg-type]
+        )
+
+
+def post_trace(
+    ctx: ForgetContext,
+    method_name: str,
+    *,
+    blocks: Sequence[RuntimeBlock],
+    manifest: Sequence[str],
+    memory: Sequence[MemoryEntry] | None = None,
+    tool_calls: Iterable[object] | None = None,
+    base: SessionTrace | None = None,
+    sink_policy: SinkPolicy | None = None,
+    kv_excised: Sequence[tuple[int, int]] = (),
+) -> SessionTrace:
+    """Package a post-forget state as a session trace linked to the recorded session."""
+    src = base or ctx.trace
+    kept = {b.id for b in blocks}
+    clean_blocks = [b.model_copy(update={"parents": [p for p in b.parents if p in kept]}) for b in blocks]
+    session = src.session.model_copy(
+        update={
+            "session_id": f"{ctx.trace.session_id}/{method_name}",
+            "method": method_name,
+            "parent_session": ctx.trace.session_id,
+            "final_manifest": list(manifest),
+            "memory_final": list(src.session.memory_final if memory is None else memory),
+            "sink_policy": sink_policy,
+            "kv_excised": list(kv_excised),
+            "transitions": max([ctx.T, *(o.t for o in src.observations)]),
+        }
+    )
+    sid = session.session_id
+    calls = list(src.tool_calls if tool_calls is None else tool_calls)
+    return SessionTrace(
+        session=session,
+        observations=[o.model_copy(update={"session_id": sid}) for o in src.observations],
+        blocks=clean_blocks,
+        tool_calls=[c.model_copy(update={"session_id": sid}) for c in calls],  # type: ignore[attr-defined]
+        checkpoints=[],
+        forget_requests=[ctx.request.model_copy(update={"session_id": sid})],
+    )
+
+
+def materialise(
+    ctx: ForgetContext, blocks: Sequence[RuntimeBlock], manifest: Sequence[str]
+) -> list[RuntimeBlock]:
+    """Make the engine's cache hold ``manifest`` (edited blocks included): keep by a crop the leading
+    blocks the base state already holds unchanged, prefill the rest one block at a time. Returns the
+    blocks with token spans of the new timeline."""
+    by_id = {b.id: b for b in blocks}
+    recorded = {b.id: b for b in ctx.trace.blocks}
+    base = ctx.trace.session.final_manifest
+    keep = 0
+    while (
+        keep < min(len(base), len(manifest))
+        and base[keep] == manifest[keep]
+        and by_id[manifest[keep]].token_ids == recorded[base[keep]].token_ids
+    ):
+        keep += 1
+    offset = sum(len(by_id[b].token_ids) for b in manifest[:keep])
+    ctx.engine.crop(offset)
+    spans: dict[str, tuple[int, int]] = {}
+    pos = 0
+    for i, bid in enumerate(manifest):
+        ids = by_id[bid].token_ids
+        if i >= keep:
+            ctx.engine.prefill(ids)
+        spans[bid] = (pos, pos + len(ids))
+        pos += len(ids)
+    return [
+        b.model_copy(update={"token_span": spans.get(b.id)}) if b.token_span is not None else b
+        for b in blocks
+    ]
+
+
+def target_pattern(variants: Iterable[str]) -> re.Pattern[str]:
+    """A regex matching any variant up to case, spacing and punctuation ('DE89 3704' ~ 'de89-3704')."""
+    alts = []
+    for v in variants:
+        chars = normalise(v)
+        if chars:
+            alts.append(r"[\W_]*".join(re.escape(c) for c in chars))
+    if not alts:
+        raise BadInput("the forget request has no usable target string")
+    return re.compile("|".join(sorted(alts, key=len, reverse=True)), re.IGNORECASE)
+
+
+def sink_policy_for(ctx: ForgetContext) -> SinkPolicy:
+    tools = ctx.trace.session.episode.tools
+    return SinkPolicy(
+        blocked_values=ctx.variants,
+        identifier_args={t: list(TOOLS.get(t).identifier_args) for t in tools if t in TOOLS},
+    )
