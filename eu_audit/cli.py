@@ -157,6 +157,105 @@ def _print_summary(bundle: object, path: Path) -> None:
 
 
 @app.command()
+def unlearn(
+    bundle_path: Annotated[Path, typer.Argument(help="A recorded trace bundle (JSONL); never modified.")],
+    method: Annotated[
+        list[str],
+        typer.Option(
+            "--method", "-m", help="Method(s): b0..b9, b5p, excise; comma-separated, repeated, or 'all'."
+        ),
+    ] = ["b7"],  # noqa: B006 - typer reads the default
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output bundle (default: <input>.<method>.jsonl).")
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(help="The target z to forget (default: each session's recorded forget request)."),
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="The flagged source s, if known (a source or block id).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model to replay with (default: the bundle's; weights must match).")
+    ] = None,
+    outbox: Annotated[
+        Path | None,
+        typer.Option(help="The real tool outbox, for dedup (default: <input>.state/outbox.sqlite)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing output bundle.")] = False,
+) -> None:
+    """Apply forget methods to every session of a bundle and write the post-forget bundle.
+
+    Each method branches from the same contaminated state. The output holds, per session and method,
+    the post-forget state, a recompute ledger (transitions replayed, tokens reused / prefilled /
+    decoded, wall time) and a forget receipt (where the target is left). Example:
+
+    [bold]eu-audit unlearn --method b7 trace.jsonl[/]
+    """
+    from eu_audit.unlearn import unlearn as run_unlearn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as prog:
+        task = prog.add_task("loading model", total=None)
+
+        def report(what: str, done: int, total: int) -> None:
+            prog.update(task, description=what, completed=done, total=total)
+
+        res = run_unlearn(
+            bundle_path,
+            method,
+            out_path,
+            target=target,
+            source=source,
+            model=model,
+            outbox=outbox,
+            force=force,
+            progress=report,
+        )
+    table = Table(title=f"{res.path}  (from {bundle_path})")
+    for col in (
+        "session",
+        "method",
+        "tau",
+        "replayed",
+        "reused",
+        "prefilled",
+        "decoded",
+        "wall s",
+        "left behind",
+    ):
+        table.add_column(col, justify="right" if col not in ("session", "method", "left behind") else "left")
+    for sid, name, led, rec in res.rows:
+        left = ", ".join(f"{o.where}:{o.kind}" for o in rec.occurrences if o.where != "committed_tool_call")
+        table.add_row(
+            sid,
+            name,
+            str(led.tau),
+            str(led.transitions_replayed),
+            str(led.tokens_reused),
+            str(led.tokens_prefilled),
+            str(led.tokens_decoded),
+            f"{led.wall_s:.2f}",
+            "[green]clean[/]" if rec.clean else f"[red]{left}[/]",
+        )
+    out.print(table)
+    committed = {
+        o.id for _, _, _, rec in res.rows for o in rec.occurrences if o.where == "committed_tool_call"
+    }
+    if committed:
+        out.print(
+            f"[yellow]note:[/] {len(committed)} committed tool call(s) carried the target before the forget "
+            "(real side effects, outside any replay: assumption A3); listed in the receipts."
+        )
+
+
+@app.command()
 def inspect(
     bundle_path: Annotated[Path, typer.Argument(help="A trace bundle (JSONL).")],
     session: Annotated[str | None, typer.Option(help="Show one session's blocks in full.")] = None,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eu_audit.bundle.io import Bundle, SessionTrace, read_bundle, write_bundle
-from eu_audit.bundle.records import ForgetRequest, Occurrence, ReceiptRecord
+from eu_audit.bundle.records import ForgetRequest, LedgerRecord, Occurrence, ReceiptRecord
 from eu_audit.checkpoints import CheckpointPolicy, restore
 from eu_audit.errors import BadInput
 from eu_audit.methods import METHODS, ORDER, ForgetContext
@@ -87,7 +87,7 @@ def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> Receipt
 class UnlearnResult:
     bundle: Bundle
     path: Path
-    rows: list[tuple[str, str, object, ReceiptRecord]] = field(
+    rows: list[tuple[str, str, LedgerRecord, ReceiptRecord]] = field(
         default_factory=list
     )  # sid, method, ledger, receipt
 
@@ -143,7 +143,7 @@ def unlearn(
         checkpoint_policy=CheckpointPolicy(h.checkpoint_policy),
     )
     sessions: list[SessionTrace] = []
-    rows: list[tuple[str, str, object, ReceiptRecord]] = []
+    rows: list[tuple[str, str, LedgerRecord, ReceiptRecord]] = []
     total, done = len(bundle.sessions) * len(names), 0
     try:
         for trace in bundle.sessions:

@@ -1,0 +1,260 @@
+"""Forget methods on the paper's terms: every method branches from the same contaminated state; B7
+equals the B5 reference token for token; the baselines fail in the ways the paper describes."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eu_audit.bundle.io import Bundle, SessionTrace, read_bundle
+from eu_audit.checkpoints import CheckpointPolicy, rebuild_state
+from eu_audit.episodes import Episode
+from eu_audit.errors import BadInput
+from eu_audit.methods import ORDER
+from eu_audit.record import RecordOptions, record
+from eu_audit.runtime.engine import HFEngine
+from eu_audit.runtime.memory import Outbox
+from eu_audit.runtime.models import LoadedModel
+from eu_audit.suites import load_episodes
+from eu_audit.unlearn import parse_methods, unlearn
+
+from .helpers import kv_equal
+
+
+def _suite_file(path: Path, episodes: list[Episode]) -> Path:
+    path.write_text("".join(e.model_dump_json() + "\n" for e in episodes))
+    return path
+
+
+def _paying(tool_episode: Episode) -> Episode:
+    """The IBAN episode with the transfer fully cued, so the consequential call surely happens."""
+    steps = list(tool_episode.steps)
+    steps[3] = steps[3].model_copy(
+        update={
+            "cue": '<tool_call>\n{"name": "transfer", "arguments": {"iban": "DE89 3704 0044 0532 0130 00", '
+            '"amount": 950}}</tool_call>',
+            "max_tokens": 1,
+        }
+    )
+    return tool_episode.model_copy(update={"id": "paying", "steps": steps})
+
+
+def _record_and_unlearn(
+    loaded: LoadedModel, tmp: Path, episodes: list[Episode], methods: list[str], **opts: object
+) -> tuple[Path, Bundle, Bundle]:
+    suite = _suite_file(tmp / "suite.jsonl", episodes)
+    src = tmp / "trace.jsonl"
+    record(RecordOptions(suite=str(suite), model=loaded.name, out=src, **opts), loaded=loaded)  # type: ignore[arg-type]
+    res = unlearn(src, methods, tmp / "out.jsonl", loaded=loaded)
+    return src, read_bundle(src), read_bundle(res.path)
+
+
+def _by(bundle: Bundle) -> dict[str, SessionTrace]:
+    return {s.session_id: s for s in bundle.sessions}
+
+
+def _cache_tokens(trace: SessionTrace) -> list[int]:
+    blocks = {b.id: b for b in trace.blocks}
+    return [i for bid in trace.session.final_manifest for i in blocks[bid].token_ids]
+
+
+@pytest.fixture(scope="module")
+def smol_all(smol: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Bundle, Bundle]:
+    """The built-in suite on SmolLM2, greedy, every method."""
+    eps = load_episodes(Path(__file__).parent.parent / "suites" / "builtin.jsonl")
+    return _record_and_unlearn(smol, tmp_path_factory.mktemp("smol"), eps, ["all"])
+
+
+@pytest.mark.real_model
+def test_b7_equals_b5_token_for_token_and_bit_for_bit(smol: LoadedModel, smol_all) -> None:  # type: ignore[no-untyped-def]
+    _, recorded, out = smol_all
+    by = _by(out)
+    e5, e7 = HFEngine(smol), HFEngine(smol)
+    differs = 0
+    for s in recorded.sessions:
+        b5, b7 = by[f"{s.session_id}/b5"], by[f"{s.session_id}/b7"]
+        assert _cache_tokens(b7) == _cache_tokens(b5)
+        assert [b.text for b in b7.blocks if b.derived] == [b.text for b in b5.blocks if b.derived]
+        assert [m.text for m in b7.session.memory_final] == [m.text for m in b5.session.memory_final]
+        rebuild_state(e5, b5)
+        rebuild_state(e7, b7)
+        assert kv_equal(e5.kv_tensors(), e7.kv_tensors())
+        differs += [b.text for b in b5.blocks if b.derived] != [b.text for b in s.blocks if b.derived]
+    assert differs  # the reference trajectory really differs from the recorded one
+
+
+@pytest.mark.real_model
+def test_b7_replays_exactly_t_minus_tau_plus_one_transitions(smol_all) -> None:  # type: ignore[no-untyped-def]
+    _, recorded, out = smol_all
+    by = _by(out)
+    for s in recorded.sessions:
+        tau = s.graph().first_entry(s.session.source_id)
+        ledger = by[f"{s.session_id}/b7"].ledgers[0]
+        assert ledger.tau == tau
+        assert ledger.transitions_replayed == s.session.transitions - tau + 1
+        assert ledger.checkpoint_id is not None
+        b5 = by[f"{s.session_id}/b5"].ledgers[0]
+        assert b5.transitions_replayed == s.session.transitions
+        assert ledger.tokens_prefilled + ledger.tokens_decoded < b5.tokens_prefilled + b5.tokens_decoded
+
+
+@pytest.mark.real_model
+def test_b1_leaves_every_derived_artifact_unchanged(smol_all) -> None:  # type: ignore[no-untyped-def]
+    _, recorded, out = smol_all
+    by = _by(out)
+    for s in recorded.sessions:
+        b0, b1 = by[f"{s.session_id}/b0"], by[f"{s.session_id}/b1"]
+        assert [b.model_dump() for b in b1.blocks] == [b.model_dump() for b in b0.blocks]
+        assert b1.session.final_manifest == b0.session.final_manifest
+        assert [m for m in b1.session.memory_final if m.derived] == [
+            m for m in b0.session.memory_final if m.derived
+        ]
+        # and the receipt says so: whatever B0 leaves in context, B1 leaves too
+        ctx0 = {o.id for o in b0.receipts[0].occurrences if o.where == "context"}
+        ctx1 = {o.id for o in b1.receipts[0].occurrences if o.where == "context"}
+        assert ctx0 == ctx1
+
+
+@pytest.mark.real_model
+def test_b4_removes_exactly_the_taint_closure(smol_all) -> None:  # type: ignore[no-untyped-def]
+    _, recorded, out = smol_all
+    by = _by(out)
+    for s in recorded.sessions:
+        closure = s.graph().taint_closure(s.session.source_id)
+        b4 = by[f"{s.session_id}/b4"]
+        assert {b.id for b in b4.blocks} == {b.id for b in s.blocks} - closure
+        assert not any(s.session.source_id in m.source_ids for m in b4.session.memory_final)
+        assert b4.receipts[0].clean
+
+
+@pytest.mark.real_model
+def test_the_target_flowed_and_only_replay_and_redaction_leave_a_clean_state(smol_all) -> None:  # type: ignore[no-untyped-def]
+    _, recorded, out = smol_all
+    by = _by(out)
+    leaked = [s for s in recorded.sessions if not by[f"{s.session_id}/b0"].receipts[0].clean]
+    assert leaked, "on SmolLM2 the target should reach some derived state of the built-in suite"
+    for s in recorded.sessions:
+        for m in ("b5", "b5p", "b7", "b9"):
+            assert by[f"{s.session_id}/{m}"].receipts[0].clean, (s.session_id, m)
+
+
+@pytest.mark.real_model
+def test_a_consequential_tool_fires_exactly_once_across_record_and_every_replay(
+    smol: LoadedModel, tool_episode: Episode, tmp_path: Path
+) -> None:
+    src, _, out = _record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b5,b7"])
+    box = Outbox(src.with_name(src.name + ".state") / "outbox.sqlite")
+    rows = box.rows("s0")
+    assert [r[2] for r in rows] == ["transfer"]  # the real sink: one row
+    again = unlearn(src, ["b7"], tmp_path / "again.jsonl", loaded=smol)  # one more replay, same sink
+    assert box.rows("s0") == rows
+    for s in [*out.sessions, *again.bundle.sessions]:
+        call = next(c for c in s.tool_calls if c.name == "transfer" and c.turn == 4)
+        assert call.status == "shadowed" and call.committed  # deduplicated against the recorded call id
+        assert s.receipts[0].shadowed_calls >= 1
+    box.close()
+
+
+@pytest.mark.real_model
+def test_matched_seeds_at_temperature_0_7_give_b7_equal_to_b5(
+    smol: LoadedModel, memory_episode: Episode, tmp_path: Path
+) -> None:
+    _, _, out = _record_and_unlearn(
+        smol, tmp_path, [memory_episode], ["b5,b7"], temperature=0.7, seed=3
+    )
+    by = _by(out)
+    assert _cache_tokens(by["s0/b7"]) == _cache_tokens(by["s0/b5"])
+    assert [b.text for b in by["s0/b7"].blocks] == [b.text for b in by["s0/b5"].blocks]
+
+
+@pytest.mark.real_model
+def test_b7_is_the_same_whatever_the_checkpoint_policy(
+    smol: LoadedModel, memory_episode: Episode, tmp_path: Path
+) -> None:
+    results = {}
+    for policy in CheckpointPolicy:
+        d = tmp_path / policy.value
+        d.mkdir()
+        _, _, out = _record_and_unlearn(smol, d, [memory_episode], ["b7"], checkpoint_policy=policy)
+        s = out.sessions[0]
+        results[policy] = (_cache_tokens(s), s.ledgers[0])
+    tokens = {tuple(t) for t, _ in results.values()}
+    assert len(tokens) == 1  # granularity is an efficiency knob only
+    ledgers = {p: led for p, (_, led) in results.items()}
+    assert len({led.transitions_replayed for led in ledgers.values()}) == 1
+    # coarser checkpoints reuse less and prefill more, never decode more
+    assert (
+        ledgers[CheckpointPolicy.every_turn].tokens_reused
+        >= ledgers[CheckpointPolicy.session_start].tokens_reused
+    )
+    assert len({led.tokens_decoded for led in ledgers.values()}) == 1
+
+
+def test_every_method_runs_and_the_input_is_never_modified(
+    tiny: LoadedModel, builtin: list[Episode], tmp_path: Path
+) -> None:
+    src, _, out = _record_and_unlearn(tiny, tmp_path, builtin, ["all"])
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert out.header.parent_digest == digest
+    assert {s.session.method for s in out.sessions} == set(ORDER)
+    for s in out.sessions:
+        assert s.session.parent_session in ("s0", "s1") and len(s.ledgers) == 1 and len(s.receipts) == 1
+    unlearn(src, ["b7"], tmp_path / "b7.jsonl", loaded=tiny)
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == digest
+
+
+def test_method_lists_are_parsed_and_unknown_methods_refused() -> None:
+    assert parse_methods(["b0,b7", "b7", "B5P"]) == ["b0", "b7", "b5p"]
+    assert parse_methods(["all"]) == ORDER
+    with pytest.raises(BadInput, match="unknown methods 'b42'"):
+        parse_methods(["b42"])
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "trace.jsonl"
+    record(RecordOptions(model="tiny-random", out=out), loaded=tiny)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--method", "b42"], "unknown methods 'b42'"),
+        (["--target", "Atlantis Avenue 9"], "does not occur in any observation"),
+        (["--source", "src-nothing"], "does not exist"),
+        (["--model", "smollm2-135m"], "model.weight_digest"),
+    ],
+)
+def test_unlearn_mistakes_exit_2_naming_what_and_where(
+    tiny_bundle: Path, args: list[str], needle: str, tmp_path: Path
+) -> None:
+    before = hashlib.sha256(tiny_bundle.read_bytes()).hexdigest()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eu_audit.cli",
+            "unlearn",
+            str(tiny_bundle),
+            *args,
+            "-o",
+            str(tmp_path / "o.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.jsonl").exists()
+    assert hashlib.sha256(tiny_bundle.read_bytes()).hexdigest() == before
+
+
+def test_unlearn_refuses_to_overwrite_its_input(tiny_bundle: Path) -> None:
+    with pytest.raises(BadInput, match="overwrite the input"):
+        unlearn(tiny_bundle, ["b7"], tiny_bundle)
