@@ -64,10 +64,8 @@ def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> Receipt
         if (
             policy
             and c.status == "pending"
-            and any(
-                pat.search(str((c.arguments or {}).get(a, "")))
-                for a in policy.identifier_args.get(c.name, [])
-            )
+            and c.arguments is not None
+            and policy.blocks(c.name, c.arguments)
         ):
             blocked += 1
     clean = not any(o.where != "committed_tool_call" for o in occ)

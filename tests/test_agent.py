@@ -177,3 +177,19 @@ def test_rebuilding_the_cache_from_recorded_token_ids_is_exact(
     restore(fresh, [], trace.session.final_manifest, {b.id: b for b in trace.blocks})
     assert fresh.tokens == agent.engine.tokens
     assert kv_equal(fresh.kv_tensors(), agent.engine.kv_tensors())
+
+
+def test_a_sink_policy_blocks_identifier_arguments_carrying_the_target(
+    tiny: LoadedModel, tool_episode: Episode, state
+) -> None:  # type: ignore[no-untyped-def]
+    from eu_audit.bundle.records import SinkPolicy
+
+    ep = _paying_episode(tool_episode)
+    agent = make_agent(tiny, ep, state, sid="ifc")
+    agent.sink_policy = SinkPolicy(
+        blocked_values=["DE89370400440532013000"], identifier_args={"transfer": ["iban"]}
+    )
+    trace = agent.run()
+    call = next(c for c in trace.tool_calls if c.name == "transfer")
+    assert call.status == "blocked" and not call.committed
+    assert state[1].rows("ifc") == []  # the side effect never happened

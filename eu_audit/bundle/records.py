@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from eu_audit.checkpoints import Checkpoint
 from eu_audit.episodes import Episode
 from eu_audit.runtime.blocks import RuntimeBlock
+from eu_audit.textmatch import contains_target
 
 SCHEMA_VERSION = "eu-audit/trace@1"
 
@@ -68,6 +69,15 @@ class SinkPolicy(_Record):
     blocked_values: list[str]
     identifier_args: dict[str, list[str]]  # tool name -> argument names that route or select
 
+    def blocks(self, tool: str, arguments: dict[str, Any]) -> bool:
+        """Would this call be blocked? An identifier argument holds a tainted value (any variant,
+        up to case, spacing and punctuation)."""
+        return any(
+            contains_target(str(arguments.get(arg, "")), v)
+            for arg in self.identifier_args.get(tool, [])
+            for v in self.blocked_values
+        )
+
 
 class SessionRecord(_Record):
     type: Literal["session"] = "session"
@@ -115,7 +125,7 @@ class ToolCallRecord(_Record):
     raw: str
     consequential: bool
     committed: bool
-    status: Literal["executed", "pending", "shadowed", "malformed", "unknown_tool", "error"]
+    status: Literal["executed", "pending", "shadowed", "blocked", "malformed", "unknown_tool", "error"]
     result: Any = None
     block_id: str
 

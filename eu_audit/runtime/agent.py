@@ -20,6 +20,7 @@ from eu_audit.bundle.records import (
     MemoryEntry,
     ObservationRecord,
     SessionRecord,
+    SinkPolicy,
     TargetInfo,
     ToolCallRecord,
 )
@@ -121,6 +122,7 @@ class Agent:
         #: when the replayed observation is token-identical (so the turn's content is fixed)
         self.fixed_turns: dict[int, tuple[list[int], list[int]]] = {}
         self.fixed_reused = 0
+        self.sink_policy: SinkPolicy | None = None  # IFC sink gating in force (B8, B9)
         stop = self._ids(chat.stop_strings[0])
         self._stop_ids = stop[-1:]
         self._closing = self._ids(chat.end)
@@ -432,7 +434,17 @@ class Agent:
         status: Any
         result: Any = None
         committed = False
-        if spec is None:
+        if (
+            spec is not None
+            and args is not None
+            and self.sink_policy is not None
+            and self.sink_policy.blocks(name, args)
+        ):
+            status, result = (
+                "blocked",
+                {"error": "blocked by the sink policy: a tainted value in an identifier argument"},
+            )
+        elif spec is None:
             status = "unknown_tool"
         elif args is None:
             status = "malformed"
@@ -456,7 +468,7 @@ class Agent:
             result = self._run_read_only(name, args)
             status = "executed"
         block.committed = committed
-        if status in ("executed", "shadowed"):
+        if status in ("executed", "shadowed", "blocked"):
             self._pending_results.append((block.id, result))
         self.tool_calls.append(
             ToolCallRecord(
@@ -498,12 +510,11 @@ class Agent:
         if missing:
             raise RunFailed(f"checkpoint {checkpoint.id} names block {missing[0]} that the trace lacks")
         target = manifest_at(trace.blocks, boundary)
-        keep = min(
-            common_prefix(self.manifest, checkpoint.manifest), common_prefix(checkpoint.manifest, target)
-        )
-        if not self.manifest:
+        held = list(self.manifest if held is None else held)
+        keep = min(common_prefix(held, checkpoint.manifest), common_prefix(checkpoint.manifest, target))
+        if not held:
             self.engine.reset()
-        self.engine.crop(sum(len(recorded[b].token_ids) for b in self.manifest[:keep]))
+        self.engine.crop(sum(len(recorded[b].token_ids) for b in held[:keep]))
         before = self.engine.account.prefilled
         for bid in target[keep:]:
             self.engine.prefill(recorded[bid].token_ids)
