@@ -53,8 +53,14 @@ INDEPENDENT = [
 ]
 
 
+def _rot(items: list[str], i: int) -> list[str]:
+    return items[i % len(items) :] + items[: i % len(items)]
+
+
 def episode(i: int, handbook_repeat: int, post: int, max_tokens: int) -> Episode:
+    """Episode ``i``: its own target and its own order of questions (so sessions differ in both worlds)."""
     target = TARGETS[i % len(TARGETS)]
+    setup, dependent, independent = _rot(SETUP, i), _rot(DEPENDENT, i), _rot(INDEPENDENT, 2 * i)
     steps = [
         {
             "kind": "user",
@@ -63,7 +69,7 @@ def episode(i: int, handbook_repeat: int, post: int, max_tokens: int) -> Episode
             "max_tokens": 8,
         }
     ]
-    steps += [{"kind": "user", "phase": "setup", "content": q, "max_tokens": max_tokens} for q in SETUP]
+    steps += [{"kind": "user", "phase": "setup", "content": q, "max_tokens": max_tokens} for q in setup]
     steps.append(
         {
             "kind": "memory",
@@ -76,7 +82,7 @@ def episode(i: int, handbook_repeat: int, post: int, max_tokens: int) -> Episode
         }
     )
     for k in range(post):  # transitions past the target; every other one independent of it
-        q = INDEPENDENT[k // 2 % 6] if k % 2 else DEPENDENT[k // 2 % 6]
+        q = independent[k // 2 % 6] if k % 2 else dependent[k // 2 % 6]
         steps.append(
             {
                 "kind": "user",
@@ -113,7 +119,8 @@ def main() -> None:
         m: {"recomp": 0, "decoded": 0, "wall": 0, "reused": 0} for m in ("b5", "b5p", "b7")
     }
     print(
-        f"model {args.model}, {args.episodes} episodes, T-tau+1 = {args.post} (half independent), "
+        f"model {args.model}, {args.episodes} episodes, handbook x{args.handbook_repeat}, "
+        f"{args.post} turns past the target (half independent), "
         f"recording took {rec_s:.1f} s"
     )
     print(
@@ -136,7 +143,8 @@ def main() -> None:
 
     def ratio(label: str, num: str, den: str, key: str, unit: str = "") -> None:
         x, y = tot[num][key], tot[den][key]
-        print(f"{label:18} {num.upper():>3} / {den.upper()} = {x:.1f}{unit} / {y:.1f}{unit} = {x / y:.2f}x")
+        name = {"b5": "B5", "b5p": "B5'", "b7": "B7"}
+        print(f"{label:18} {name[num]:>3} / {name[den]} = {x:.1f}{unit} / {y:.1f}{unit} = {x / y:.2f}x")
 
     ratio("recomputed tokens", "b5", "b7", "recomp")
     ratio("recomputed tokens", "b5p", "b7", "recomp")

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +33,25 @@ suites_app = typer.Typer(help="List and show episode suites.", no_args_is_help=T
 app.add_typer(suites_app, name="suites")
 out = Console()
 err = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Callable[[str, int, int], None]]:
+    """A Rich progress bar on stderr; yields the ``progress(what, done, total)`` callback."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as prog:
+        task = prog.add_task("loading model", total=None)
+
+        def report(what: str, done: int, total: int) -> None:
+            prog.update(task, description=what, completed=done, total=total)
+
+        yield report
 
 
 def _version(value: bool) -> None:
@@ -106,19 +127,7 @@ def record(
         kv_sidecar=kv_sidecar,
         force=force,
     )
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as prog:
-        task = prog.add_task("loading model", total=None)
-
-        def report(what: str, done: int, total: int) -> None:
-            prog.update(task, description=f"transitions ({what})", completed=done, total=total)
-
+    with _progress() as report:
         res = run_record(opts, progress=report)
     _print_summary(res.bundle, res.path)
     cp = res.checkpoint_bytes
@@ -194,19 +203,7 @@ def unlearn(
     """
     from eu_audit.unlearn import unlearn as run_unlearn
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as prog:
-        task = prog.add_task("loading model", total=None)
-
-        def report(what: str, done: int, total: int) -> None:
-            prog.update(task, description=what, completed=done, total=total)
-
+    with _progress() as report:
         res = run_unlearn(
             bundle_path,
             method,

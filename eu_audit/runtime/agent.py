@@ -534,7 +534,11 @@ class Agent:
         for c in calls:
             if c.consequential and c.committed and c.arguments is not None:
                 TOOLS.get(c.name).fn(self.env, c.arguments)
-        recorded_env = checkpoint.env_snapshot_id  # empty for handles not taken during the recording
+        # Empty for handles not taken during the recording; a before_consequential snapshot predates
+        # its transition's side effect, while R_boundary includes it: nothing to compare then.
+        recorded_env = checkpoint.env_snapshot_id
+        if CheckpointReason.before_consequential in checkpoint.reasons:
+            recorded_env = ""
         if (
             recorded_env
             and self.settings.world == "factual"
