@@ -150,14 +150,13 @@ def _print_summary(bundle: object, path: Path) -> None:
     for col in ("session", "episode", "T", "tau", "blocks", "tool calls", "target seen in"):
         table.add_column(col)
     for s in bundle.sessions:
-        graph = s.graph()
-        tau = graph.first_entry(s.session.source_id)
+        tau = s.tau()
         hits = [f"{b.type.value}@t{b.turn}" for b in s.target_occurrences() if b.derived]
         table.add_row(
             s.session_id,
             s.session.episode_id,
             str(s.session.transitions),
-            str(tau),
+            "-" if tau is None else str(tau),
             str(len(s.blocks)),
             str(len(s.tool_calls)),
             ", ".join(hits) or "(no derived artifact)",
@@ -267,7 +266,7 @@ def inspect(
         return
     s = bundle.session(session)
     tgt = s.session.target
-    closure = s.graph().taint_closure(s.session.source_id)
+    closure = s.closure()
     out.print(
         f"[bold]{bundle_path} session {session}[/]: episode {s.session.episode_id}, "
         f"target {tgt.value!r}, T={s.session.transitions}"

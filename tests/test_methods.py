@@ -206,6 +206,13 @@ def test_every_method_runs_and_the_input_is_never_modified(
         assert s.session.parent_session in ("s0", "s1") and len(s.ledgers) == 1 and len(s.receipts) == 1
     unlearn(src, ["b7"], tmp_path / "b7.jsonl", loaded=tiny)
     assert hashlib.sha256(src.read_bytes()).hexdigest() == digest
+    shown = subprocess.run(
+        [sys.executable, "-m", "eu_audit.cli", "inspect", str(tmp_path / "out.jsonl"), "--session", "s0/b4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
 
 
 def test_method_lists_are_parsed_and_unknown_methods_refused() -> None:

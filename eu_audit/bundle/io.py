@@ -60,6 +60,18 @@ class SessionTrace:
                 return b
         raise KeyError(block_id)
 
+    def tau(self) -> int | None:
+        """Where the target entered, or None when no block carries its source (a post-forget state
+        that dropped it, a counterfactual run)."""
+        g = self.graph()
+        src = self.session.source_id
+        return g.first_entry(src) if g.entry_blocks(src) else None
+
+    def closure(self) -> set[str]:
+        g = self.graph()
+        src = self.session.source_id
+        return g.taint_closure(src) if g.entry_blocks(src) else set()
+
     def target_occurrences(self) -> list[RuntimeBlock]:
         """Blocks whose text holds the session's target (any normalised variant)."""
         tgt = self.session.target
