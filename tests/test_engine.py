@@ -69,20 +69,20 @@ def _session_from_first(engine: HFEngine, loaded: LoadedModel, segs: list[list[i
     return [t1, _turn(engine, loaded)]
 
 
-def test_one_shot_prefill_differs_which_is_why_the_schedule_exists(tiny: LoadedModel) -> None:
-    segs = _segments(tiny)
-    a = HFEngine(tiny)
-    turns = _session(a, tiny, segs)
-    b = HFEngine(tiny)
+@pytest.mark.real_model
+def test_one_shot_prefill_differs_which_is_why_the_schedule_exists(smol: LoadedModel) -> None:
+    segs = _segments(smol)
+    a = HFEngine(smol)
+    turns = _session(a, smol, segs)
+    b = HFEngine(smol)
     b.prefill([i for s in (segs[0], segs[1], turns[0], segs[2], turns[1]) for i in s])
     assert a.tokens == b.tokens
-    # same tokens, different chunking: the engine must never mix the two (values need not differ on
-    # every model, but the segment schedule is the only one replay is allowed to use)
-    diffs = [
+    # same tokens, other chunking: close (~1e-5) but not equal, so replay must follow the segment schedule
+    diff = max(
         float((x - y).abs().max())
         for x, y in zip(a.kv_tensors().values(), b.kv_tensors().values(), strict=True)
-    ]
-    assert all(d < 1e-3 for d in diffs)
+    )
+    assert 0 < diff < 1e-3
 
 
 def test_branch_returns_to_the_same_state(tiny: LoadedModel) -> None:
