@@ -9,7 +9,7 @@ from pathlib import Path
 
 from eu_audit.bundle.io import Bundle, SessionTrace, read_bundle, write_bundle
 from eu_audit.bundle.records import ForgetRequest, LedgerRecord, Occurrence, ReceiptRecord
-from eu_audit.checkpoints import CheckpointPolicy, restore
+from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import BadInput
 from eu_audit.methods import METHODS, ORDER, ForgetContext
 from eu_audit.methods.base import target_pattern
@@ -147,12 +147,12 @@ def unlearn(
         for trace in bundle.sessions:
             request = _request(trace, target, source)
             ctx = ForgetContext(loaded, chat, engine, trace, request, settings, box)
-            engine.reset()
-            restore(engine, [], trace.session.final_manifest, {b.id: b for b in trace.blocks})
             for name in names:
                 if progress:
                     progress(f"{trace.session_id} {name}", done, total)
-                ctx.base_state()  # every method branches from the same contaminated state
+                # Every method branches from the same contaminated state; base_state builds it from the
+                # recorded ids (keeping any prefix the engine already holds, e.g. the system prompt).
+                ctx.base_state()
                 result = METHODS.get(name)(ctx)
                 rec = receipt(result.trace, name, request)
                 result.trace.ledgers.append(

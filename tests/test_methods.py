@@ -132,7 +132,7 @@ def test_b4_removes_exactly_the_taint_closure(smol_all) -> None:  # type: ignore
 
 
 @pytest.mark.real_model
-def test_the_target_flowed_and_only_replay_and_redaction_leave_a_clean_state(smol_all) -> None:  # type: ignore[no-untyped-def]
+def test_the_target_flowed_and_every_replay_based_state_is_clean(smol_all) -> None:  # type: ignore[no-untyped-def]
     _, recorded, out = smol_all
     by = _by(out)
     leaked = [s for s in recorded.sessions if not by[f"{s.session_id}/b0"].receipts[0].clean]
