@@ -29,7 +29,7 @@ app = typer.Typer(
     help="Prove whether an LLM agent really forgets: record agent sessions on a local KV engine, apply "
     "forget methods, audit what is left.\n\nExit codes: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.",
 )
-suites_app = typer.Typer(help="List and show episode suites.", no_args_is_help=True)
+suites_app = typer.Typer(help="List, show and build episode suites.", no_args_is_help=True)
 app.add_typer(suites_app, name="suites")
 out = Console()
 err = Console(stderr=True)
@@ -89,8 +89,11 @@ def record(
         "trace.jsonl"
     ),
     checkpoints: Annotated[
-        CheckpointPolicy, typer.Option(help="Checkpoint policy (granularity only changes cost).")
-    ] = CheckpointPolicy.every_turn,
+        CheckpointPolicy | None,
+        typer.Option(
+            help="Checkpoint policy (granularity only changes cost). Default: the episode's, else every_turn."
+        ),
+    ] = None,
     temperature: Annotated[
         float, typer.Option(min=0.0, help="0 = greedy; > 0 samples with per-turn seeds.")
     ] = 0.0,
@@ -362,6 +365,63 @@ def suites_show(
     for e in eps:
         table.add_row(e.id, str(len(e.steps)), str(e.tau), e.target.kind, e.description)
     out.print(table)
+
+
+@suites_app.command("build")
+def suites_build(
+    suite: Annotated[str, typer.Argument(help="Builder: agentdojo, bfcl-memory, bfcl-tools, preference.")],
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Episodes JSONL to write (default: suites/<name>.jsonl)."),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(help="Seed for every random choice (pairs, Faker records, order).")
+    ] = 0,
+    n: Annotated[int | None, typer.Option(min=1, help="Keep the first N episodes.")] = None,
+    turns_after: Annotated[int, typer.Option(min=0, help="Transitions after the target enters.")] = 12,
+    indep: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Fraction of those turns independent of the target.")
+    ] = 0.5,
+    position: Annotated[
+        str, typer.Option(help="Where the target enters: early, middle or late (10% / 50% / 80% in).")
+    ] = "early",
+    depth: Annotated[
+        int, typer.Option(min=0, max=3, help="Derivation depth: 1 answer, 2 + plan, 3 + summary.")
+    ] = 3,
+    checkpoints: Annotated[
+        CheckpointPolicy, typer.Option(help="Checkpoint policy stamped on each episode.")
+    ] = CheckpointPolicy.every_turn,
+    force: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
+) -> None:
+    """Build a suite's episodes from its data set, reproducibly (same knobs + seed, same bytes).
+
+    Example:
+
+    [bold]eu-audit suites build agentdojo --seed 0 --turns-after 12 --indep 0.5 -o suites/agentdojo.jsonl[/]
+    """
+    from pydantic import ValidationError
+
+    from eu_audit.suites.build import build_suite, write_suite
+    from eu_audit.suites.compose import Knobs
+
+    try:
+        knobs = Knobs(
+            seed=seed,
+            n=n,
+            turns_after=turns_after,
+            indep=indep,
+            position=position,  # type: ignore[arg-type]
+            depth=depth,
+            checkpoint_policy=checkpoints.value,
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc.errors()[0]["msg"])) from None
+    with _progress() as report:
+        report(f"building {suite}", 0, 1)
+        episodes = build_suite(suite, knobs)
+        report(f"building {suite}", 1, 1)
+    path = write_suite(episodes, out_path or Path("suites") / f"{suite}.jsonl", force=force)
+    out.print(f"{len(episodes)} episodes -> {path}")
 
 
 def main() -> None:

@@ -48,6 +48,10 @@ class Step(BaseModel):
     independent: bool = False  # oracle: the turn's content is fixed in the counterfactual world
     cue: str | None = None  # forced prefix of the model turn (e.g. a tool-call opening)
     max_tokens: int | None = None
+    #: utility: answers a correct turn contains (a non-target fact the agent should keep)
+    expect: list[str] | None = None
+    #: behavioral: the options this turn chooses between (the preference suite)
+    choices: list[str] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Step:
@@ -81,12 +85,16 @@ class Episode(BaseModel):
     suite: str
     description: str = ""
     system: str | None = None  # overrides the default agent system prompt
+    toolset: str = "builtin"  # where the tool names resolve (builtin, agentdojo-banking, bfcl, ...)
     tools: list[str] = Field(default_factory=list)
     memory: list[MemoryItem] = Field(default_factory=list)  # records present at session start
     env: dict[str, Any] = Field(default_factory=dict)
     counterfactual_env: dict[str, Any] | None = None  # the environment in the world without z
     target: Target
     steps: list[Step]
+    #: the suite's checkpoint-granularity knob; ``record --checkpoints`` overrides it
+    checkpoint_policy: Literal["every_turn", "semantic", "session_start"] | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)  # where the episode came from (data-set ids, knobs)
 
     @model_validator(mode="after")
     def _check(self) -> Episode:

@@ -31,7 +31,8 @@ class RecordOptions:
     model: str = DEFAULT_MODEL
     seed: int = 0
     out: Path = Path("trace.jsonl")
-    checkpoint_policy: CheckpointPolicy = CheckpointPolicy.every_turn
+    #: None: each episode's own policy (its suite knob), else every_turn
+    checkpoint_policy: CheckpointPolicy | None = None
     temperature: float = 0.0
     max_tokens: int = 48
     dtype: str = "float32"
@@ -71,7 +72,15 @@ def _open_state(state_dir: Path, force: bool) -> tuple[MemoryStore, Outbox]:
     return MemoryStore(state_dir / "memory.sqlite"), Outbox(state_dir / "outbox.sqlite")
 
 
-def make_header(loaded: LoadedModel, engine_name: str, chat_name: str, opts: RecordOptions) -> Header:
+def policy_for(ep: Episode, opts: RecordOptions) -> CheckpointPolicy:
+    if opts.checkpoint_policy is not None:
+        return opts.checkpoint_policy
+    return CheckpointPolicy(ep.checkpoint_policy or CheckpointPolicy.every_turn.value)
+
+
+def make_header(
+    loaded: LoadedModel, engine_name: str, chat_name: str, opts: RecordOptions, policy: CheckpointPolicy
+) -> Header:
     return Header(
         tool_version=__version__,
         model=ModelInfo(
@@ -85,7 +94,7 @@ def make_header(loaded: LoadedModel, engine_name: str, chat_name: str, opts: Rec
         decoding=Decoding(temperature=opts.temperature, max_tokens=opts.max_tokens),
         seed=opts.seed,
         suite=opts.suite,
-        checkpoint_policy=opts.checkpoint_policy.value,
+        checkpoint_policy=policy.value,
         kv_sidecar=f"{opts.out.name}.kv.safetensors" if opts.kv_sidecar else None,
     )
 
@@ -114,7 +123,7 @@ def record(
                 max_tokens=opts.max_tokens,
                 temperature=opts.temperature,
                 seed=derive_seed(opts.seed, i),
-                checkpoint_policy=opts.checkpoint_policy,
+                checkpoint_policy=policy_for(ep, opts),
             )
             agent = Agent(engine, chat, ep, sid, settings, memory, outbox)
             agent.start()
@@ -129,7 +138,7 @@ def record(
     finally:
         memory.close()
         outbox.close()
-    header = make_header(loaded, engine.name, chat.name, opts)
+    header = make_header(loaded, engine.name, chat.name, opts, policy_for(episodes[0], opts))
     bundle = Bundle(header=header, sessions=sessions, path=out)
     write_bundle(out, bundle.records())
     sidecar = None

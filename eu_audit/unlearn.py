@@ -3,6 +3,7 @@ and forget receipts to a new bundle that links to the input's digest. The input 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +147,9 @@ def unlearn(
     try:
         for trace in bundle.sessions:
             request = _request(trace, target, source)
-            ctx = ForgetContext(loaded, chat, engine, trace, request, settings, box)
+            policy = trace.session.episode.checkpoint_policy or h.checkpoint_policy
+            session_settings = dataclasses.replace(settings, checkpoint_policy=CheckpointPolicy(policy))
+            ctx = ForgetContext(loaded, chat, engine, trace, request, session_settings, box)
             for name in names:
                 if progress:
                     progress(f"{trace.session_id} {name}", done, total)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from eu_audit.episodes import Episode
@@ -35,3 +40,16 @@ def turn_ids(agent: Agent) -> list[list[int]]:
     from eu_audit.runtime.blocks import MODEL_DERIVED
 
     return [b.token_ids for b in agent.blocks if b.type in MODEL_DERIVED and b.token_span is not None]
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``eu-audit ARGS`` in a subprocess: the real exit code and streams, wide enough not to wrap."""
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "eu_audit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env=env,
+    )

@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from eu_audit.episodes import Episode
 
-
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "eu_audit.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-        env=env,
-    )
+from .helpers import run_cli as run
 
 
 def test_record_on_the_tiny_model_writes_a_bundle_and_inspect_reads_it(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

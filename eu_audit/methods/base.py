@@ -25,7 +25,7 @@ from eu_audit.runtime.chat import ChatFormat
 from eu_audit.runtime.engine import HFEngine, TokenAccount
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import LoadedModel
-from eu_audit.runtime.tools import TOOLS
+from eu_audit.runtime.tools import load_toolset
 from eu_audit.textmatch import normalise
 
 
@@ -244,8 +244,9 @@ def target_pattern(variants: Iterable[str]) -> re.Pattern[str]:
 
 
 def sink_policy_for(ctx: ForgetContext) -> SinkPolicy:
-    tools = ctx.trace.session.episode.tools
+    episode = ctx.trace.session.episode
+    toolset = load_toolset(episode.toolset)
     return SinkPolicy(
         blocked_values=ctx.variants,
-        identifier_args={t: list(TOOLS.get(t).identifier_args) for t in tools if t in TOOLS},
+        identifier_args={t: list(toolset[t].identifier_args) for t in episode.tools if t in toolset},
     )

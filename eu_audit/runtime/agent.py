@@ -39,7 +39,7 @@ from eu_audit.runtime.blocks import BlockType, RuntimeBlock
 from eu_audit.runtime.chat import ChatFormat
 from eu_audit.runtime.engine import HFEngine, Sampling
 from eu_audit.runtime.memory import MemoryStore, Outbox
-from eu_audit.runtime.tools import TOOLS, ToolError, parse_tool_calls
+from eu_audit.runtime.tools import ToolError, ToolSpec, load_toolset, parse_tool_calls
 
 DEFAULT_SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. "
@@ -98,8 +98,12 @@ class Agent:
         self.sid, self.settings = session_id, settings
         self.memory, self.outbox = memory, outbox
         self.tokenizer = engine.loaded.tokenizer
+        self.tools: dict[str, ToolSpec] = {}
+        toolset = load_toolset(episode.toolset)
         for name in episode.tools:
-            TOOLS.get(name)  # fail early on an unknown tool
+            if name not in toolset:  # fail early on an unknown tool
+                raise BadInput(f"episode {episode.id}: tool '{name}' is not in toolset '{episode.toolset}'")
+            self.tools[name] = toolset[name]
         world_env = (
             episode.env if settings.world == "factual" else (episode.counterfactual_env or episode.env)
         )
@@ -203,7 +207,7 @@ class Agent:
         return reasons
 
     def system_prompt(self) -> str:
-        tools = "\n".join(TOOLS.get(n).signature() for n in self.episode.tools) or "(none)"
+        tools = "\n".join(spec.signature() for spec in self.tools.values()) or "(none)"
         return (
             (self.episode.system or DEFAULT_SYSTEM)
             .replace("{tools}", tools)
@@ -263,6 +267,7 @@ class Agent:
                 committed=True,
             )
             result = self._run_read_only(step.tool, step.args)
+            spec = self.tools.get(step.tool)
             self.tool_calls.append(
                 ToolCallRecord(
                     session_id=self.sid,
@@ -271,7 +276,9 @@ class Agent:
                     name=step.tool,
                     arguments=step.args,
                     raw="",
-                    consequential=False,
+                    # a scaffold action (a booking that returns its id) moves the environment: restore
+                    # must replay it like any committed consequential call
+                    consequential=bool(spec and spec.consequential),
                     committed=True,
                     status="executed",
                     result=result,
@@ -292,12 +299,12 @@ class Agent:
         return "<tool_response>\n" + json.dumps(result, sort_keys=True) + "\n</tool_response>"
 
     def _run_read_only(self, name: str, args: dict[str, Any]) -> Any:
+        if name not in self.tools:
+            return {"error": f"unknown tool {name}"}
         try:
-            return TOOLS.get(name).fn(self.env, args)
+            return self.tools[name].fn(self.env, args)
         except ToolError as exc:
             return {"error": str(exc)}
-        except BadInput:
-            return {"error": f"unknown tool {name}"}
 
     def step(self, step: Step, *, turn_ids: Sequence[int] | None = None) -> RuntimeBlock:
         """Transition t: prefill the observation, then decode the model turn (or, when ``turn_ids`` is
@@ -421,7 +428,7 @@ class Agent:
         self, step: Step, turn: RuntimeBlock, k: int, name: str, args: dict[str, Any] | None, raw: str
     ) -> None:
         call_id = f"{self.sid}:t{self.t}:{k}"
-        spec = TOOLS.get(name) if name in TOOLS and name in self.episode.tools else None
+        spec = self.tools.get(name)
         consequential = bool(spec and spec.consequential)
         block = self._add(
             BlockType.tool_call,
@@ -533,7 +540,7 @@ class Agent:
         self.env = copy.deepcopy(self._world_env)
         for c in calls:
             if c.consequential and c.committed and c.arguments is not None:
-                TOOLS.get(c.name).fn(self.env, c.arguments)
+                self.tools[c.name].fn(self.env, c.arguments)
         # Empty for handles not taken during the recording; a before_consequential snapshot predates
         # its transition's side effect, while R_boundary includes it: nothing to compare then.
         recorded_env = checkpoint.env_snapshot_id

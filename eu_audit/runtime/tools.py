@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from eu_audit.registry import Registry
@@ -52,6 +53,24 @@ def tool(
 
 class ToolError(Exception):
     pass
+
+
+#: A toolset maps tool names to specs. ``builtin`` is the ``TOOLS`` registry; data-set adaptors
+#: (AgentDojo, BFCL) register theirs, so an episode names the toolset its tools come from.
+TOOLSETS: Registry[Callable[[], Mapping[str, ToolSpec]]] = Registry("toolsets")
+TOOLSETS.add("builtin", lambda: dict(TOOLS.items()))
+
+
+@cache
+def load_toolset(name: str) -> Mapping[str, ToolSpec]:
+    _register_adaptors()
+    return TOOLSETS.get(name)()
+
+
+def _register_adaptors() -> None:
+    """The data-set adaptors register their toolsets on import (their packages load lazily)."""
+    import eu_audit.runtime.agentdojo_env
+    import eu_audit.runtime.bfcl_env  # noqa: F401
 
 
 def _lookup(env: dict[str, Any], table: str, key: str) -> Any:
@@ -112,6 +131,18 @@ def _send_email(env: dict[str, Any], args: dict[str, Any]) -> Any:
 def _book_taxi(env: dict[str, Any], args: dict[str, Any]) -> Any:
     env.setdefault("bookings", []).append({k: args.get(k) for k in ("pickup", "destination", "time")})
     return {"status": "booked"}
+
+
+@tool(
+    "book_service",
+    "book a provider (airline, taxi, courier, clinic, ...) for a date",
+    {"provider": "str", "date": "str"},
+    consequential=True,
+    identifier_args=("provider",),
+)
+def _book_service(env: dict[str, Any], args: dict[str, Any]) -> Any:
+    env.setdefault("bookings", []).append({k: args.get(k) for k in ("provider", "date")})
+    return {"status": "booked", "provider": args.get("provider")}
 
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)

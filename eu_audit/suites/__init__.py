@@ -19,7 +19,7 @@ _EPISODE = TypeAdapter(Episode)
 
 def data_dir(kind: str) -> Path:
     """``suites/`` or ``probes/``: inside the wheel, or at the repository root in a source checkout."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the eu_audit package
     for cand in (here / "_data" / kind, here.parent / kind):
         if cand.is_dir():
             return cand
@@ -43,12 +43,27 @@ def _file_suite(name: str) -> Callable[[], list[Episode]]:
     return lambda: load_episodes(data_dir("suites") / f"{name}.jsonl")
 
 
-SUITES.add("builtin", _file_suite("builtin"))
+#: suites shipped as data (built by ``eu-audit suites build NAME``)
+SHIPPED = ("builtin", "agentdojo", "bfcl-memory", "bfcl-tools", "preference")
+for _name in SHIPPED:
+    SUITES.add(_name, _file_suite(_name))
+
+#: loaders for data sets users bring: ``--suite longmemeval:/path/to/longmemeval_s.json``
+LOADERS: Registry[Callable[[Path], list[Episode]]] = Registry("suite loaders")
 
 
 def load_suite(ref: str) -> list[Episode]:
-    """A registered suite name, or a path to an episodes JSONL file."""
+    """A registered suite name, ``loader:PATH`` for a user-supplied data set, or an episodes JSONL."""
     p = Path(ref)
     if ref not in SUITES and (p.suffix == ".jsonl" or p.exists()):
         return load_episodes(p)
+    if ":" in ref and ref not in SUITES:
+        loader, _, path = ref.partition(":")
+        _load_loaders()
+        return LOADERS.get(loader)(Path(path))
     return SUITES.get(ref)()
+
+
+def _load_loaders() -> None:
+    import eu_audit.suites.longmemeval
+    import eu_audit.suites.toolsandbox  # noqa: F401
