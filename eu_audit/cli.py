@@ -311,21 +311,124 @@ def models() -> None:
 
 @app.command()
 def schema(
+    kind: Annotated[
+        str, typer.Argument(help="trace (a bundle line), episode (a suite line) or audit (the --json report).")
+    ] = "trace",
     out_path: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the schema here instead of stdout.")
     ] = None,
 ) -> None:
-    """Print the JSON Schema of a trace-bundle line (eu-audit/trace@1)."""
+    """Print a JSON Schema: a trace-bundle line (eu-audit/trace@1), an episode (eu-audit/episode@1) or the
+    audit report (eu-audit/audit@1)."""
     from eu_audit.bundle.records import json_schema
     from eu_audit.jsonl import atomic_writer
 
-    text = json.dumps(json_schema(), indent=2)
+    if kind == "trace":
+        doc = json_schema()
+    elif kind == "episode":
+        from eu_audit.episodes import Episode
+
+        doc = {"$id": "eu-audit/episode@1", **Episode.model_json_schema()}
+    elif kind == "audit":
+        from eu_audit.audit import AuditReport
+
+        doc = {"$id": "eu-audit/audit@1", **AuditReport.model_json_schema()}
+    else:
+        raise typer.BadParameter(f"unknown schema '{kind}' (trace, episode, audit)")
+    text = json.dumps(doc, indent=2)
     if out_path is None:
         sys.stdout.write(text + "\n")
     else:
         with atomic_writer(out_path, private=False) as f:
             f.write(text + "\n")
         out.print(f"wrote {out_path}")
+
+
+@app.command()
+def audit(
+    bundle_path: Annotated[
+        Path, typer.Argument(help="A recorded bundle (methods are applied first) or one unlearn produced.")
+    ],
+    method: Annotated[
+        list[str], typer.Option("--method", "-m", help="Methods to audit (comma list, repeated, or 'all').")
+    ] = ["all"],  # noqa: B006 - typer reads the default
+    floor: Annotated[
+        bool,
+        typer.Option("--floor/--no-floor", help="Measure against the B5 floor (B5 is added if missing)."),
+    ] = True,
+    k: Annotated[
+        int, typer.Option(min=1, help="Samples per state for Leak@k and the distribution audit.")
+    ] = 5,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature of those samples.")] = 0.7,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens per probe answer / sample.")] = 32,
+    margin: Annotated[
+        float, typer.Option(min=0.0, help="Equivalence margin: TOST, JUnit pass and the verdicts use it.")
+    ] = 0.1,
+    seed: Annotated[
+        int, typer.Option(help="Seed the sample seeds derive from (recorded in the report).")
+    ] = 0,
+    gate: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Rule METHOD[.SUITE].METRIC OP VALUE|floor, e.g. 'b7.leak_probes<=floor'; repeatable."
+        ),
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the report (eu-audit/audit@1).")
+    ] = None,
+    junit_path: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML (method x suite x audit).")
+    ] = None,
+    states_out: Annotated[
+        Path | None,
+        typer.Option(help="Where the post-forget states go (default: <input>.audit-states.jsonl)."),
+    ] = None,
+) -> None:
+    """Audit forgetting: Leak@probes, Leak@k, behavioral extraction, CAD, utility and the distribution
+    under sampling, each next to the B5 floor, with paired statistics; exit 1 when a --gate fails.
+
+    Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed.
+
+    Example:
+
+    [bold]eu-audit audit trace.jsonl --floor --gate 'b7.leak_probes<=floor' --gate 'b7.cad==0'[/]
+    """
+    from eu_audit.audit import AuditOptions
+    from eu_audit.audit import audit as run_audit
+    from eu_audit.audits.output import junit_xml, summary_lines, tables
+    from eu_audit.gate import evaluate, parse_rule
+    from eu_audit.jsonl import atomic_writer
+
+    for rule in gate or []:
+        parse_rule(rule)  # a bad rule is bad input before any model runs
+    opts = AuditOptions(
+        methods=method,
+        floor=floor,
+        k=k,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        margin=margin,
+        seed=seed,
+        unlearned_out=states_out,
+    )
+    with _progress() as report:
+        rep = run_audit(bundle_path, opts, progress=report)
+    rep.gates = evaluate(rep, gate or [])
+    for t in tables(rep):
+        out.print(t)
+    for line in summary_lines(rep):
+        out.print(line)
+    for g in rep.gates:
+        mark = "[green]held[/]" if g.held else "[bold red]FAILED[/]"
+        out.print(f"gate {g.rule}: {mark}  ({g.detail})")
+    if json_path:
+        with atomic_writer(json_path, private=False) as f:
+            f.write(rep.model_dump_json(indent=1))
+    if junit_path:
+        with atomic_writer(junit_path, private=False) as f:
+            f.write(junit_xml(rep))
+    if any(not g.held for g in rep.gates):
+        raise typer.Exit(1)
 
 
 @suites_app.command("list")

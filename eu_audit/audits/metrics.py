@@ -1,0 +1,125 @@
+"""Per-state measures against the B5 reference: CAD, utility, the behavioral choice, and the distribution
+audit under stochastic decoding (tool consistency, tool total variation, n-gram and embedding distances,
+matched-seed token agreement)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from difflib import SequenceMatcher
+from itertools import pairwise
+from typing import Any
+
+from eu_audit.bundle.io import SessionTrace
+from eu_audit.runtime.blocks import BlockType
+from eu_audit.runtime.tools import parse_tool_calls
+from eu_audit.textmatch import normalise
+
+
+def _calls_by_turn(trace: SessionTrace, tau: int) -> dict[int, list[tuple[str, dict[str, Any] | None]]]:
+    out: dict[int, list[tuple[str, dict[str, Any] | None]]] = {}
+    for c in trace.tool_calls:
+        if c.turn >= tau and not c.call_id.endswith(":scaffold"):
+            out.setdefault(c.turn, []).append((c.name, c.arguments))
+    return out
+
+
+def argument_distance(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float:
+    """1 - similarity of the two argument objects' canonical JSON (0 = identical)."""
+    ja, jb = json.dumps(a, sort_keys=True), json.dumps(b, sort_keys=True)
+    return 0.0 if ja == jb else 1.0 - SequenceMatcher(None, ja, jb).ratio()
+
+
+def cad(trace: SessionTrace, reference: SessionTrace, tau: int) -> float:
+    """Counterfactual action divergence from tau on: per turn where either state calls a tool, 1 for a
+    different choice of tools, else the mean argument distance; averaged over those turns. 0 = the same
+    actions as the reference (B5)."""
+    mine, ref = _calls_by_turn(trace, tau), _calls_by_turn(reference, tau)
+    turns = sorted(set(mine) | set(ref))
+    if not turns:
+        return 0.0
+    total = 0.0
+    for t in turns:
+        a, b = mine.get(t, []), ref.get(t, [])
+        if [n for n, _ in a] != [n for n, _ in b]:
+            total += 1.0
+        else:
+            total += sum(argument_distance(x, y) for (_, x), (_, y) in zip(a, b, strict=True)) / len(a)
+    return total / len(turns)
+
+
+def utility(trace: SessionTrace) -> float | None:
+    """Fraction of the episode's utility questions (steps with ``expect``: non-target facts) whose model
+    turn in this state contains an expected answer. None when the episode has none."""
+    steps = trace.session.episode.steps
+    asked = [(t, s.expect) for t, s in enumerate(steps, 1) if s.expect]
+    if not asked:
+        return None
+    resident = set(trace.session.final_manifest)
+    turns: dict[int, str] = {}
+    for b in trace.blocks:
+        if b.type is BlockType.assistant and (b.id in resident or b.independent):
+            turns[b.turn] = turns.get(b.turn, "") + b.text
+    ok = sum(any(normalise(e) in normalise(turns.get(t, "")) for e in expect or []) for t, expect in asked)
+    return ok / len(asked)
+
+
+def picked(text: str, choices: Sequence[str]) -> str | None:
+    """The option an answer picks: the one it names first (None if it names neither)."""
+    low = text.lower()
+    found = [(low.find(c.lower()), c) for c in choices if c.lower() in low]
+    if not found:
+        first_words = {c.split()[0].lower(): c for c in choices}
+        found = [(low.find(w), c) for w, c in first_words.items() if w in low]
+    return min(found)[1] if found else None
+
+
+def tool_of(text: str) -> str:
+    calls = parse_tool_calls(text if "<tool_call>" in text else f"<tool_call>{text}</tool_call>")
+    return calls[0][0] if calls and calls[0][0] else "none"
+
+
+def tool_distribution(texts: Sequence[str]) -> dict[str, float]:
+    counts = Counter(tool_of(t) for t in texts)
+    return {k: v / len(texts) for k, v in counts.items()} if texts else {}
+
+
+def total_variation(p: dict[str, float], q: dict[str, float]) -> float:
+    return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in set(p) | set(q))
+
+
+def tool_consistency(texts: Sequence[str], reference: Sequence[str]) -> float:
+    """Fraction of samples whose tool choice equals the reference's most common one."""
+    if not texts or not reference:
+        return 1.0
+    modal = Counter(tool_of(t) for t in reference).most_common(1)[0][0]
+    return sum(tool_of(t) == modal for t in texts) / len(texts)
+
+
+def _bigrams(text: str) -> set[tuple[str, str]]:
+    words = normalise_words(text)
+    return set(pairwise(words))
+
+
+def normalise_words(text: str) -> list[str]:
+    return [w for w in (normalise(x) for x in text.split()) if w]
+
+
+def ngram_distance(a: Sequence[str], b: Sequence[str]) -> float:
+    """Mean over matched pairs of 1 - Jaccard(word bigrams)."""
+    ds = []
+    for x, y in zip(a, b, strict=False):
+        bx, by = _bigrams(x), _bigrams(y)
+        ds.append(0.0 if not (bx | by) else 1.0 - len(bx & by) / len(bx | by))
+    return sum(ds) / len(ds) if ds else 0.0
+
+
+def token_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> float:
+    """Matched-seed agreement: the fraction of positions where the two samples hold the same token
+    (over the longer of each pair), averaged over pairs. 1.0 = token-identical."""
+    vals = []
+    for x, y in zip(a, b, strict=False):
+        n = max(len(x), len(y))
+        vals.append(1.0 if n == 0 else sum(i == j for i, j in zip(x, y, strict=False)) / n)
+    return sum(vals) / len(vals) if vals else 1.0

@@ -1,0 +1,151 @@
+"""Audits: probes share one state, leakage is found in every variant and sink, B1 leaves leakage unchanged,
+B7 sits at the B5 floor with CAD 0, and the CI gate's exit codes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from eu_audit.audit import AuditOptions, AuditReport, audit
+from eu_audit.audits.leakage import leaks, sink_class, variants
+from eu_audit.audits.metrics import cad, picked, token_agreement, total_variation
+from eu_audit.audits.probes import ProbeRunner, load_probes
+from eu_audit.bundle.io import read_bundle
+from eu_audit.checkpoints import rebuild_state
+from eu_audit.gate import evaluate, parse_rule
+from eu_audit.errors import BadInput
+from eu_audit.record import RecordOptions, record
+from eu_audit.runtime.chat import detect_chat_format
+from eu_audit.runtime.engine import HFEngine
+from eu_audit.runtime.models import LoadedModel
+from eu_audit.unlearn import unlearn
+
+from .helpers import kv_equal, run_cli
+
+
+@pytest.fixture(scope="module")
+def tiny_states(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("audit")
+    src = tmp / "trace.jsonl"
+    record(RecordOptions(model="tiny-random", out=src, n=2), loaded=tiny)
+    return unlearn(src, ["b0", "b1", "b4", "b5", "b7"], tmp / "states.jsonl", loaded=tiny).path
+
+
+def test_six_probes_as_data() -> None:
+    assert [p.id for p in load_probes()] == ["task", "direct", "think", "introspect", "enumerate", "cued-completion"]
+
+
+def test_all_probes_share_one_state_and_leave_it_unchanged(tiny: LoadedModel, tiny_states: Path) -> None:
+    trace = read_bundle(tiny_states).sessions[0]
+    engine = HFEngine(tiny)
+    rebuild_state(engine, trace)
+    before_tokens, before_kv = list(engine.tokens), engine.kv_tensors()
+    prefilled = engine.account.prefilled
+    tok = tiny.tokenizer
+    runner = ProbeRunner(
+        engine, detect_chat_format(tok), lambda s: list(tok(s, add_special_tokens=False)["input_ids"]), tok.decode
+    )
+    prompt_tokens = 0
+    for p in load_probes():
+        prompt, cue = p.render(trace.session.episode)
+        runner.ask(prompt, cue, 4)
+        prompt_tokens += len(tok(prompt, add_special_tokens=False)["input_ids"])
+    assert engine.tokens == before_tokens and kv_equal(engine.kv_tensors(), before_kv)
+    # only the probes' own messages were prefilled: the state itself was built once
+    assert engine.account.prefilled - prefilled < prompt_tokens + 6 * 20
+    assert engine.account.reused >= 6 * len(before_tokens)
+
+
+def test_exact_leakage_ignores_case_spacing_punctuation_and_digit_grouping() -> None:
+    iban = variants("DE89 3704 0044 0532 0130 00")
+    assert leaks("send it to de89-3704-0044-0532-0130-00 please", iban)
+    assert leaks("account 370400440532013000", iban)  # the IBAN without its country code
+    addr = variants("12 Linden Street")
+    assert leaks("pick me up at 12 linden st.", addr)
+    mail = variants("mark.black-2134@gmail.com")
+    assert leaks("write to mark.black-2134 at gmail dot com", mail)
+    assert not leaks("12 Oak Street", addr)
+
+
+def test_action_leakage_is_classed_by_sink() -> None:
+    assert sink_class("transfer", "iban", ["iban"]) == "routing"
+    assert sink_class("book_service", "provider", ["provider"]) == "selection"
+    assert sink_class("send_email", "body", ["to"]) == "free-text"
+
+
+def _calls(*calls: tuple[int, str, dict[str, object]]) -> SimpleNamespace:
+    return SimpleNamespace(
+        tool_calls=[SimpleNamespace(turn=t, call_id=f"s0:t{t}:0", name=n, arguments=a) for t, n, a in calls]
+    )
+
+
+def test_cad_is_zero_for_the_same_actions_and_counts_choice_and_argument_divergence() -> None:
+    ref = _calls((3, "transfer", {"iban": "DE00", "amount": 5}), (5, "send_email", {"to": "a@b.c"}))
+    assert cad(ref, ref, 2) == 0.0  # type: ignore[arg-type]
+    other_tool = _calls((3, "book_taxi", {"pickup": "x"}), (5, "send_email", {"to": "a@b.c"}))
+    assert cad(other_tool, ref, 2) == pytest.approx(0.5)  # type: ignore[arg-type]
+    missing = _calls((5, "send_email", {"to": "a@b.c"}))  # over-deletion: a call the reference makes is gone
+    assert cad(missing, ref, 2) == pytest.approx(0.5)  # type: ignore[arg-type]
+    other_arg = _calls((3, "transfer", {"iban": "XX99", "amount": 5}), (5, "send_email", {"to": "a@b.c"}))
+    assert 0 < cad(other_arg, ref, 2) < 0.5  # type: ignore[arg-type]
+
+
+def test_distribution_measures_on_constructed_cases() -> None:
+    assert token_agreement([[1, 2, 3]], [[1, 2, 4]]) == pytest.approx(2 / 3)
+    assert total_variation({"a": 1.0}, {"a": 0.5, "b": 0.5}) == pytest.approx(0.5)
+    assert picked("I'd go with Weber Cabs.", ["Smith Cabs", "Weber Cabs"]) == "Weber Cabs"
+    assert picked("Neither.", ["Smith Cabs", "Weber Cabs"]) is None
+
+
+def test_b1_leaves_leakage_unchanged_and_b7_sits_at_the_floor(tiny: LoadedModel, tiny_states: Path) -> None:
+    """Mechanics on the tiny model: B1 does not touch the session, so every probe and sample reads the
+    same as B0; B7's state is B5's, so it answers identically (agreement 1, CAD 0)."""
+    rep = audit(tiny_states, AuditOptions(k=2, max_tokens=6), loaded=tiny)
+    by = {(s.session_id, s.method): s for s in rep.states}
+    for sid in {s.session_id for s in rep.states}:
+        assert [p.text for p in by[sid, "b1"].probes] == [p.text for p in by[sid, "b0"].probes]
+        assert by[sid, "b1"].samples == by[sid, "b0"].samples
+        assert [p.text for p in by[sid, "b7"].probes] == [p.text for p in by[sid, "b5"].probes]
+        assert by[sid, "b7"].values["agreement"] == 1.0 and by[sid, "b7"].values["cad"] == 0.0
+    b7 = next(c for c in rep.cells if c.method == "b7" and c.suite == "all")
+    assert b7.values["leak_probes"] == b7.floor["leak_probes"]
+    assert all(g.held for g in evaluate(rep, ["b7.leak_probes<=floor", "b7.cad==0", "b7.agreement>=0.99"]))
+
+
+def test_gates_parse_and_fail_closed() -> None:
+    assert parse_rule("b7.agentdojo.leak5<=floor").suite == "agentdojo"
+    with pytest.raises(BadInput, match="unknown metric"):
+        parse_rule("b7.leakage<=floor")
+    with pytest.raises(BadInput, match="expected METHOD"):
+        parse_rule("b7 is fine")
+    empty = AuditReport(bundle="x", bundle_digest="d", model="m", seed=0, k=1, temperature=0.7, margin=0.1,
+                        methods=[], suites=[], probes=[], probes_dropped={}, floor_self={}, states=[], cells=[],
+                        errors=1)
+    results = evaluate(empty, ["b7.cad==0"])
+    assert [r.held for r in results] == [False, False]  # no such cell, and an errored state
+    assert "fails" in results[0].detail or "no audit" in results[0].detail
+
+
+def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_path: Path) -> None:
+    js, xml = tmp_path / "a.json", tmp_path / "a.xml"
+    proc = run_cli("audit", str(tiny_states), "-m", "b7", "--k", "1", "--max-tokens", "4",
+                   "--gate", "b7.cad==0", "--gate", "b7.recomputed<0", "--json", str(js), "--junit", str(xml))
+    assert proc.returncode == 1, proc.stderr
+    assert "FAILED" in proc.stdout and "held" in proc.stdout
+    report = json.loads(js.read_text())
+    assert report["format"] == "eu-audit/audit@1" and report["methods"] == ["b5", "b7"]
+    cases = ET.fromstring(xml.read_text()).iter("testcase")
+    assert {(c.get("classname"), c.get("name")) for c in cases} >= {("builtin.b7", "leak_probes"), ("builtin.b7", "cad")}
+
+
+def test_bad_gate_or_bundle_exits_2_before_any_model_runs(tmp_path: Path, tiny_states: Path) -> None:
+    proc = run_cli("audit", str(tiny_states), "--gate", "b7.leakage<=floor")
+    assert proc.returncode == 2 and "unknown metric" in proc.stderr and "Traceback" not in proc.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "header"}\n')
+    proc = run_cli("audit", str(bad))
+    assert proc.returncode == 2 and str(bad) in proc.stderr
