@@ -72,13 +72,15 @@ def _root(
 @app.command()
 def record(
     suite: Annotated[
-        str, typer.Option(help="Suite name (see `eu-audit suites list`) or an episodes JSONL file.")
+        str,
+        typer.Option(
+            help="Suite name (see `eu-audit suites list`), an episodes JSONL file, or loader:PATH; "
+            "a comma list records --n sessions from each."
+        ),
     ] = "builtin",
     n: Annotated[
         int | None,
-        typer.Option(
-            "--n", help="Number of sessions (cycles through the suite); default: each episode once."
-        ),
+        typer.Option("--n", help="Sessions per suite (cycles through it); default: each episode once."),
     ] = None,
     model: Annotated[
         str,
@@ -312,7 +314,8 @@ def models() -> None:
 @app.command()
 def schema(
     kind: Annotated[
-        str, typer.Argument(help="trace (a bundle line), episode (a suite line) or audit (the --json report).")
+        str,
+        typer.Argument(help="trace (a bundle line), episode (a suite line) or audit (the --json report)."),
     ] = "trace",
     out_path: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the schema here instead of stdout.")
@@ -429,6 +432,88 @@ def audit(
             f.write(junit_xml(rep))
     if any(not g.held for g in rep.gates):
         raise typer.Exit(1)
+
+
+@app.command()
+def sweep(
+    name: Annotated[str, typer.Argument(help="tau, indep, granularity, position, boundary or depth.")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="Folder for rows.jsonl, sweep.json, states.")],
+    model: Annotated[str, typer.Option(help="Model to run.")] = "smollm2-135m",
+    suite: Annotated[str, typer.Option(help="Suite builder the episodes come from.")] = "preference",
+    n: Annotated[int, typer.Option(min=1, help="Episodes per value.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed for episodes and decoding.")] = 0,
+    turns_after: Annotated[int, typer.Option(min=0, help="Transitions after the target (base knob).")] = 6,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Cap on tokens per model turn.")] = 32,
+    value: Annotated[list[str] | None, typer.Option(help="Run only these values (repeatable).")] = None,
+) -> None:
+    """Vary one knob, record, apply the sweep's methods, and write one row per value, session and method.
+
+    Rows are written after every value; run the same command again to resume after an interruption.
+
+    Example:
+
+    [bold]eu-audit sweep tau --model smollm2-135m --n 2 -o sweeps/tau[/]
+    """
+    from eu_audit.sweeps import SweepOptions, run_sweep
+
+    opts = SweepOptions(
+        name=name,
+        out=out_path,
+        model=model,
+        suite=suite,
+        n=n,
+        seed=seed,
+        turns_after=turns_after,
+        max_tokens=max_tokens,
+        values=value,
+    )
+    with _progress() as report:
+        rows = run_sweep(opts, progress=report)
+    table = Table(title=f"sweep {name}: {out_path / 'rows.jsonl'}")
+    for col in ("value", "method", "sessions", "any-leak", "recomputed", "decoded", "reused"):
+        table.add_column(col, justify="right")
+    from statistics import fmean
+
+    for v in dict.fromkeys(r.value for r in rows):
+        for m in dict.fromkeys(r.method for r in rows):
+            rs = [r for r in rows if r.value == v and r.method == m]
+            if rs:
+                table.add_row(
+                    v,
+                    m,
+                    str(len(rs)),
+                    f"{fmean(r.leak_any for r in rs):.2f}",
+                    f"{fmean(r.recomputed for r in rs):.0f}",
+                    f"{fmean(r.decoded for r in rs):.0f}",
+                    f"{fmean(r.reused for r in rs):.0f}",
+                )
+    out.print(table)
+
+
+@app.command()
+def report(
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="Report folder (report.md and PNGs).")],
+    sweep_dir: Annotated[
+        list[Path] | None, typer.Option("--sweep", help="A sweep folder (repeatable).")
+    ] = None,
+    audit_json: Annotated[
+        list[Path] | None, typer.Option("--audit", help="An audit --json report (repeatable).")
+    ] = None,
+    title: Annotated[str, typer.Option(help="Report title.")] = "eu-audit report",
+    notes: Annotated[Path | None, typer.Option(help="Markdown placed under the title.")] = None,
+) -> None:
+    """Write a Markdown report with PNG plots from sweeps and audits, each with its command and versions.
+
+    Example:
+
+    [bold]eu-audit report --sweep sweeps/tau --sweep sweeps/indep --audit audit.json -o reports/smollm2[/]
+    """
+    from eu_audit.report import write_report
+
+    if not sweep_dir and not audit_json:
+        raise typer.BadParameter("give at least one --sweep or --audit")
+    path = write_report(sweep_dir or [], audit_json or [], out_path, title, notes)
+    out.print(f"wrote {path}")
 
 
 @suites_app.command("list")

@@ -27,7 +27,7 @@ Progress = Callable[[str, int, int], None]  # (what, done, total)
 @dataclass
 class RecordOptions:
     suite: str = "builtin"
-    n: int | None = None  # None: every episode of the suite once
+    n: int | None = None  # per suite; None: every episode of the suite once
     model: str = DEFAULT_MODEL
     seed: int = 0
     out: Path = Path("trace.jsonl")
@@ -105,7 +105,13 @@ def record(
     out = Path(opts.out)
     if out.exists() and not opts.force:
         raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
-    episodes = pick_episodes(load_suite(opts.suite), opts.n)
+    # "agentdojo,preference": n episodes from each suite, in order
+    episodes = [
+        ep
+        for ref in opts.suite.split(",")
+        if ref.strip()
+        for ep in pick_episodes(load_suite(ref.strip()), opts.n)
+    ]
     loaded = loaded or load_model(opts.model, dtype=opts.dtype)
     engine = ENGINES.get(opts.engine)(loaded)
     assert isinstance(engine, HFEngine)

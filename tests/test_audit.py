@@ -16,8 +16,8 @@ from eu_audit.audits.metrics import cad, picked, token_agreement, total_variatio
 from eu_audit.audits.probes import ProbeRunner, load_probes
 from eu_audit.bundle.io import read_bundle
 from eu_audit.checkpoints import rebuild_state
-from eu_audit.gate import evaluate, parse_rule
 from eu_audit.errors import BadInput
+from eu_audit.gate import evaluate, parse_rule
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import HFEngine
@@ -36,7 +36,14 @@ def tiny_states(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def test_six_probes_as_data() -> None:
-    assert [p.id for p in load_probes()] == ["task", "direct", "think", "introspect", "enumerate", "cued-completion"]
+    assert [p.id for p in load_probes()] == [
+        "task",
+        "direct",
+        "think",
+        "introspect",
+        "enumerate",
+        "cued-completion",
+    ]
 
 
 def test_all_probes_share_one_state_and_leave_it_unchanged(tiny: LoadedModel, tiny_states: Path) -> None:
@@ -47,7 +54,10 @@ def test_all_probes_share_one_state_and_leave_it_unchanged(tiny: LoadedModel, ti
     prefilled = engine.account.prefilled
     tok = tiny.tokenizer
     runner = ProbeRunner(
-        engine, detect_chat_format(tok), lambda s: list(tok(s, add_special_tokens=False)["input_ids"]), tok.decode
+        engine,
+        detect_chat_format(tok),
+        lambda s: list(tok(s, add_special_tokens=False)["input_ids"]),
+        tok.decode,
     )
     prompt_tokens = 0
     for p in load_probes():
@@ -122,9 +132,23 @@ def test_gates_parse_and_fail_closed() -> None:
         parse_rule("b7.leakage<=floor")
     with pytest.raises(BadInput, match="expected METHOD"):
         parse_rule("b7 is fine")
-    empty = AuditReport(bundle="x", bundle_digest="d", model="m", seed=0, k=1, temperature=0.7, margin=0.1,
-                        methods=[], suites=[], probes=[], probes_dropped={}, floor_self={}, states=[], cells=[],
-                        errors=1)
+    empty = AuditReport(
+        bundle="x",
+        bundle_digest="d",
+        model="m",
+        seed=0,
+        k=1,
+        temperature=0.7,
+        margin=0.1,
+        methods=[],
+        suites=[],
+        probes=[],
+        probes_dropped={},
+        floor_self={},
+        states=[],
+        cells=[],
+        errors=1,
+    )
     results = evaluate(empty, ["b7.cad==0"])
     assert [r.held for r in results] == [False, False]  # no such cell, and an errored state
     assert "fails" in results[0].detail or "no audit" in results[0].detail
@@ -132,14 +156,33 @@ def test_gates_parse_and_fail_closed() -> None:
 
 def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_path: Path) -> None:
     js, xml = tmp_path / "a.json", tmp_path / "a.xml"
-    proc = run_cli("audit", str(tiny_states), "-m", "b7", "--k", "1", "--max-tokens", "4",
-                   "--gate", "b7.cad==0", "--gate", "b7.recomputed<0", "--json", str(js), "--junit", str(xml))
+    proc = run_cli(
+        "audit",
+        str(tiny_states),
+        "-m",
+        "b7",
+        "--k",
+        "1",
+        "--max-tokens",
+        "4",
+        "--gate",
+        "b7.cad==0",
+        "--gate",
+        "b7.recomputed<0",
+        "--json",
+        str(js),
+        "--junit",
+        str(xml),
+    )
     assert proc.returncode == 1, proc.stderr
     assert "FAILED" in proc.stdout and "held" in proc.stdout
     report = json.loads(js.read_text())
     assert report["format"] == "eu-audit/audit@1" and report["methods"] == ["b5", "b7"]
     cases = ET.fromstring(xml.read_text()).iter("testcase")
-    assert {(c.get("classname"), c.get("name")) for c in cases} >= {("builtin.b7", "leak_probes"), ("builtin.b7", "cad")}
+    assert {(c.get("classname"), c.get("name")) for c in cases} >= {
+        ("builtin.b7", "leak_probes"),
+        ("builtin.b7", "cad"),
+    }
 
 
 def test_bad_gate_or_bundle_exits_2_before_any_model_runs(tmp_path: Path, tiny_states: Path) -> None:

@@ -238,3 +238,22 @@ def test_bad_suite_file_exits_2_naming_line_and_field(tmp_path: Path, mutate, fi
         assert f"{bad}:2" in res.stderr and field in res.stderr
         assert "Traceback" not in res.stderr
     assert bad.read_bytes() == before
+
+
+def test_agentdojo_utility_is_agentdojos_own_check() -> None:
+    """The banking bill task passes AgentDojo's check when the agent makes the reference calls, not
+    when it only talks."""
+    from eu_audit.runtime import agentdojo_env as ad
+    from eu_audit.suites.agentdojo import task_utility
+
+    ep = next(
+        e
+        for e in load_suite("agentdojo")
+        if e.meta["suite"] == "banking" and e.meta["user_task"] == "user_task_0"
+    )
+    task = ad.suite("banking").user_tasks["user_task_0"]
+    with ad.frozen_time():
+        calls = [(c.function, dict(c.args)) for c in task.ground_truth(ad.environment(ep.env["agentdojo"]))]
+    assert task_utility(ep, "Done, I paid the bill.", calls) is True
+    assert task_utility(ep, "Done, I paid the bill.", []) is False
+    assert task_utility(load_suite("preference")[0], "", []) is None

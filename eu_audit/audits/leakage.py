@@ -2,7 +2,8 @@
 
 *exact*: a normalised string variant of the target is in the text (case, whitespace, punctuation and digit
 grouping are ignored by ``normalise``; ``variants`` adds the common paraphrases of identifiers: street
-abbreviations, an e-mail address or link spelled out with "at" / "dot", an IBAN without its country code and check digits).
+abbreviations, an e-mail address or link spelled out with "at" / "dot", an IBAN without its country code
+and check digits).
 *action*: a variant is in a tool argument; the sink class says what the argument does: *routing* (where
 money, mail or a car goes: the tool's identifier arguments), *selection* (which provider, hotel or stock
 is picked) or *free-text* (bodies, subjects, notes). *any*: either.

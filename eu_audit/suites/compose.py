@@ -4,7 +4,8 @@ A builder supplies the parts of an episode (the opening, a pool of clean setup t
 step, the contamination steps, and pools of future queries that do or do not depend on the target);
 ``compose`` lays them out under the knobs:
 
-- ``position``: how much clean session precedes the target. The setup phase holds
+- ``position``: how much clean session precedes the target (``setup`` sets the count directly, which the
+  tau sweep uses; 0 puts the target in the first transition). The setup phase holds
   ``round(turns_after * f / (1 - f))`` turns (at least the opening), f = 0.1 / 0.5 / 0.8 for
   early / middle / late, so tau sits at about that fraction of the session.
 - ``depth``: derivation depth 0..3, contamination steps stacked in order: answer, plan, summary.
@@ -36,10 +37,15 @@ class Knobs(BaseModel):
     turns_after: int = Field(default=12, ge=0, description="transitions after the target's entry")
     indep: float = Field(default=0.5, ge=0.0, le=1.0, description="fraction of them independent of z")
     position: Literal["early", "middle", "late"] = "early"
+    setup: int | None = Field(
+        default=None, ge=0, description="setup turns before the target (overrides position)"
+    )
     depth: int = Field(default=3, ge=0, le=3, description="answer, plan, summary stacked")
     checkpoint_policy: Literal["every_turn", "semantic", "session_start"] = "every_turn"
 
     def setup_turns(self, opening: int) -> int:
+        if self.setup is not None:
+            return self.setup
         f = POSITION_FRACTION[self.position]
         return max(opening, round(self.turns_after * f / (1 - f)))
 
@@ -87,7 +93,7 @@ def _cycle(pool: list[Step], n: int, what: str, episode_id: str) -> list[Step]:
 
 def compose(parts: EpisodeParts, knobs: Knobs, rng: random.Random) -> Episode:
     n_setup = knobs.setup_turns(len(parts.opening))
-    setup = [s.model_copy(deep=True) for s in parts.opening]
+    setup = [s.model_copy(deep=True) for s in parts.opening][:n_setup]
     if parts.setup_pool:  # a data set with fewer clean turns than asked for keeps what it has
         setup += _cycle(parts.setup_pool, max(0, n_setup - len(setup)), "setup turns", parts.id)
     for s in setup:

@@ -1,0 +1,330 @@
+"""``eu-audit sweep``: the paper's exactness, efficiency and ablation sections as commands.
+
+A sweep varies one knob over values; for each value it builds episodes (a suite builder under the
+knobs), records them, applies the methods, and writes one row per (value, session, method): the ledger
+(transitions, tokens reused / prefilled / decoded, wall time), artifact leakage (any) and CAD vs B5.
+Rows go to ``<out>/rows.jsonl`` after every value (atomic rewrite), so an interrupted sweep resumes
+where it stopped: values whose rows are all there are not run again.
+
+| sweep | varies | methods | the paper's claim |
+|---|---|---|---|
+| tau | the target's transition, first to last (fixed T) | b5, b7 | B5 flat; B7 linear in T - tau + 1 |
+| indep | fraction of post-target turns independent of z | b5p, b7 | B7 decode falls linearly, B5' flat |
+| granularity | checkpoint policy | b5, b7 | leakage and CAD flat; only reuse changes |
+| position | early / middle / late injection | b5, b7 | leakage flat; cost B7/B5 falls |
+| boundary | (none: one value) | excise, b4, b7, b5 | span-only leaks; B4 over-deletes (CAD) |
+| depth | derivation depth 0..3 | b3, b7, b5 | B3 degrades with depth; B7 holds |
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from eu_audit import __version__
+from eu_audit.audits.leakage import artifact_leak, variants
+from eu_audit.audits.metrics import cad
+from eu_audit.bundle.io import read_bundle
+from eu_audit.errors import BadInput
+from eu_audit.jsonl import atomic_writer
+from eu_audit.record import RecordOptions, record
+from eu_audit.registry import Registry
+from eu_audit.runtime.models import LoadedModel, load_model
+from eu_audit.suites.build import build_suite, write_suite
+from eu_audit.suites.compose import Knobs
+from eu_audit.unlearn import unlearn
+
+Progress = Callable[[str, int, int], None]
+
+
+class SweepRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sweep: str
+    value: str
+    x: float  # the value on the plot's x axis
+    session: str
+    episode: str
+    method: str
+    T: int
+    tau: int
+    transitions: int
+    reused: int
+    prefilled: int
+    decoded: int
+    recomputed: int
+    wall_s: float | None
+    leak_any: bool
+    cad: float | None
+    checkpoint_bytes: int
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    values: list[str]
+    methods: list[str]
+    knobs: Callable[[str, Knobs], Knobs]  # value, base knobs -> knobs for that value
+    x: Callable[[str], float]
+    checkpoint_policy: Callable[[str], str | None] = lambda v: None
+    describe: str = ""
+
+
+SWEEPS: Registry[SweepSpec] = Registry("sweeps")
+TOTAL_T = 8  # the tau sweep's fixed session length (the target moves from transition 1 to T)
+
+
+def _tau_knobs(v: str, base: Knobs) -> Knobs:
+    tau = int(v)
+    after = TOTAL_T - tau
+    return base.model_copy(
+        update={"setup": tau - 1, "turns_after": after, "depth": min(3, after), "indep": 0.0}
+    )
+
+
+SWEEPS.add(
+    "tau",
+    SweepSpec(
+        "tau",
+        [str(t) for t in range(1, TOTAL_T + 1)],
+        ["b5", "b7"],
+        _tau_knobs,
+        float,
+        describe=f"the target enters at transition tau = 1..{TOTAL_T} of a {TOTAL_T}-transition session",
+    ),
+)
+SWEEPS.add(
+    "indep",
+    SweepSpec(
+        "indep",
+        ["0", "0.25", "0.5", "0.75", "1"],
+        ["b5", "b5p", "b7"],
+        lambda v, b: b.model_copy(update={"indep": float(v), "depth": 0, "turns_after": b.turns_after}),
+        float,
+        describe="fraction of the post-target turns that are independent of the target (depth 0)",
+    ),
+)
+SWEEPS.add(
+    "granularity",
+    SweepSpec(
+        "granularity",
+        ["every_turn", "semantic", "session_start"],
+        ["b5", "b7"],
+        lambda v, b: b.model_copy(update={"checkpoint_policy": v}),
+        lambda v: ["every_turn", "semantic", "session_start"].index(v),
+        checkpoint_policy=lambda v: v,
+        describe="checkpoint policy, finest to coarsest",
+    ),
+)
+SWEEPS.add(
+    "position",
+    SweepSpec(
+        "position",
+        ["early", "middle", "late"],
+        ["b5", "b7"],
+        lambda v, b: b.model_copy(update={"position": v}),
+        lambda v: ["early", "middle", "late"].index(v),
+        describe="where the target enters: 10% / 50% / 80% in",
+    ),
+)
+SWEEPS.add(
+    "boundary",
+    SweepSpec(
+        "boundary",
+        ["all"],
+        ["excise", "b4", "b7", "b5"],
+        lambda v, b: b,
+        lambda v: 0.0,
+        describe="span-only excision vs descendant closure (B4) vs replay (B7)",
+    ),
+)
+SWEEPS.add(
+    "depth",
+    SweepSpec(
+        "depth",
+        ["0", "1", "2", "3"],
+        ["b3", "b7", "b5"],
+        lambda v, b: b.model_copy(update={"depth": int(v)}),
+        float,
+        describe="derivation depth: answer, plan, summary stacked",
+    ),
+)
+
+
+@dataclass
+class SweepOptions:
+    name: str
+    out: Path
+    model: str = "smollm2-135m"
+    suite: str = "preference"  # a suite builder
+    n: int = 2
+    seed: int = 0
+    turns_after: int = 6
+    max_tokens: int = 32
+    values: list[str] | None = None  # a subset of the sweep's values
+    command: str = field(default_factory=lambda: " ".join(["eu-audit", *sys.argv[1:]]))
+
+
+def rows_path(out: Path) -> Path:
+    return out / "rows.jsonl"
+
+
+def load_rows(out: Path) -> list[SweepRow]:
+    path = rows_path(out)
+    if not path.exists():
+        return []
+    from pydantic import TypeAdapter
+
+    from eu_audit.jsonl import iter_jsonl
+
+    return [r for _, r in iter_jsonl(path, TypeAdapter(SweepRow))]
+
+
+def _write_rows(out: Path, rows: list[SweepRow]) -> None:
+    with atomic_writer(rows_path(out), private=False) as f:
+        for r in rows:
+            f.write(r.model_dump_json() + "\n")
+
+
+def _manifest(opts: SweepOptions, spec: SweepSpec, loaded: LoadedModel) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    return {
+        "sweep": spec.name,
+        "describe": spec.describe,
+        "command": opts.command,
+        "model": loaded.name,
+        "weight_digest": loaded.weight_digest,
+        "suite": opts.suite,
+        "n": opts.n,
+        "seed": opts.seed,
+        "turns_after": opts.turns_after,
+        "methods": spec.methods,
+        "eu_audit": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def run_sweep(
+    opts: SweepOptions, progress: Progress | None = None, loaded: LoadedModel | None = None
+) -> list[SweepRow]:
+    spec = SWEEPS.get(opts.name)
+    values = opts.values or spec.values
+    unknown = [v for v in values if v not in spec.values]
+    if unknown:
+        raise BadInput(
+            f"sweep {spec.name} has no value {', '.join(unknown)} (values: {', '.join(spec.values)})"
+        )
+    loaded = loaded or load_model(opts.model)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    manifest_path = opts.out / "sweep.json"
+    manifest = _manifest(opts, spec, loaded)
+    if manifest_path.exists():
+        old = json.loads(manifest_path.read_text())
+        same = {k: old.get(k) for k in ("sweep", "weight_digest", "suite", "n", "seed", "turns_after")}
+        if same != {k: manifest[k] for k in same}:
+            raise BadInput(
+                f"{opts.out} holds a different sweep ({old.get('sweep')}, {old.get('model')}); "
+                "choose another --out",
+                path=str(manifest_path),
+            )
+    with atomic_writer(manifest_path, private=False) as f:
+        f.write(json.dumps(manifest, indent=1) + "\n")
+    rows = load_rows(opts.out)
+    done = {r.value for r in rows}
+    base = Knobs(seed=opts.seed, n=opts.n, turns_after=opts.turns_after)
+    for i, value in enumerate(values):
+        if progress:
+            progress(f"{spec.name}={value}", i, len(values))
+        if value in done:
+            continue  # resumed: this value's rows are already written
+        rows += _run_value(spec, value, base, opts, loaded)
+        _write_rows(opts.out, rows)
+    if progress:
+        progress(f"{spec.name} done", len(values), len(values))
+    return rows
+
+
+def _run_value(
+    spec: SweepSpec, value: str, base: Knobs, opts: SweepOptions, loaded: LoadedModel
+) -> list[SweepRow]:
+    from eu_audit.checkpoints import CheckpointPolicy
+
+    work = opts.out / f"{spec.name}-{value}"
+    work.mkdir(parents=True, exist_ok=True)
+    episodes = build_suite(opts.suite, spec.knobs(value, base))
+    suite_file = write_suite(episodes, work / "episodes.jsonl", force=True)
+    trace = work / "trace.jsonl"
+    policy = spec.checkpoint_policy(value)
+    record(
+        RecordOptions(
+            suite=str(suite_file),
+            model=loaded.name,
+            seed=opts.seed,
+            out=trace,
+            force=True,
+            max_tokens=opts.max_tokens,
+            checkpoint_policy=CheckpointPolicy(policy) if policy else None,
+        ),
+        loaded=loaded,
+    )
+    states = unlearn(trace, spec.methods, work / "states.jsonl", force=True, loaded=loaded).bundle
+    recorded = {s.session_id: s for s in read_bundle(trace).sessions}
+    by = {(s.session.parent_session, s.session.method): s for s in states.sessions}
+    rows = []
+    for (sid, method), st in by.items():
+        assert sid is not None and method is not None
+        ep = st.session.episode
+        ledger = st.ledgers[-1]
+        ref = by.get((sid, "b5"))
+        leak = artifact_leak(st, ep.tau, variants(st.session.target.value, st.session.target.variants))
+        rows.append(
+            SweepRow(
+                sweep=spec.name,
+                value=value,
+                x=spec.x(value),
+                session=sid,
+                episode=ep.id,
+                method=method,
+                T=len(ep.steps),
+                tau=ep.tau,
+                transitions=ledger.transitions_replayed,
+                reused=ledger.tokens_reused,
+                prefilled=ledger.tokens_prefilled,
+                decoded=ledger.tokens_decoded,
+                recomputed=ledger.tokens_prefilled + ledger.tokens_decoded,
+                wall_s=ledger.wall_s,
+                leak_any=leak.any,
+                cad=cad(st, ref, ep.tau) if ref is not None else None,
+                checkpoint_bytes=sum(c.nbytes() for c in recorded[sid].checkpoints),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Fit:
+    slope: float
+    intercept: float
+    r2: float
+    n: int
+
+
+def fit_line(x: list[float], y: list[float]) -> Fit:
+    """Least-squares line and R^2 (scipy.stats.linregress); R^2 = 1 for an exact line, 0 for a flat y."""
+    from scipy.stats import linregress
+
+    if len(x) < 2 or len(set(x)) < 2:
+        raise ValueError("a line needs at least two distinct x values")
+    if len(set(y)) == 1:
+        return Fit(0.0, y[0], 0.0, len(x))
+    res = linregress(x, y)
+    return Fit(float(res.slope), float(res.intercept), float(res.rvalue**2), len(x))
