@@ -252,6 +252,7 @@ def audit_state(
         tau = ep.tau
         art = artifact_leak(trace, tau, vs)
         rebuild_state(runner.engine, trace)
+        memory_context(runner, trace)
         for p in probes:
             prompt, cue = p.render(ep)
             text = runner.ask(prompt, cue, p.max_tokens)
@@ -296,6 +297,16 @@ def audit_state(
     except Exception as exc:  # fail closed: recorded as an error, counted as a failure
         st.error = f"{type(exc).__name__}: {exc}"
     return st
+
+
+def memory_context(runner: ProbeRunner, trace: SessionTrace) -> None:
+    """The post-forget state is the cache *and* the persistent store: the records the agent would
+    retrieve next are surfaced once, as the agent surfaces memory, so every probe sees them (B1's delete
+    shows here; so does a memory write-back that still holds z)."""
+    records = trace.session.memory_final
+    if records:
+        text = "Long-term memory about the user:\n" + "\n".join(f"- [{m.id}] {m.text}" for m in records)
+        runner.engine.prefill(runner.encode(runner.chat.message("system", text)))
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:

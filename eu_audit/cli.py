@@ -424,8 +424,8 @@ def audit(
     for g in rep.gates:
         mark = "[green]held[/]" if g.held else "[bold red]FAILED[/]"
         out.print(f"gate {g.rule}: {mark}  ({g.detail})")
-    if json_path:
-        with atomic_writer(json_path, private=False) as f:
+    if json_path:  # it quotes probe answers, so it may hold the target: private like a bundle
+        with atomic_writer(json_path, private=True) as f:
             f.write(rep.model_dump_json(indent=1))
     if junit_path:
         with atomic_writer(junit_path, private=False) as f:

@@ -112,13 +112,16 @@ def test_distribution_measures_on_constructed_cases() -> None:
 
 
 def test_b1_leaves_leakage_unchanged_and_b7_sits_at_the_floor(tiny: LoadedModel, tiny_states: Path) -> None:
-    """Mechanics on the tiny model: B1 does not touch the session, so every probe and sample reads the
-    same as B0; B7's state is B5's, so it answers identically (agreement 1, CAD 0)."""
+    """Mechanics on the tiny model: B1 touches only the persistent record, not the session; B7's state is
+    B5's, so it answers identically (agreement 1, CAD 0)."""
     rep = audit(tiny_states, AuditOptions(k=2, max_tokens=6), loaded=tiny)
     by = {(s.session_id, s.method): s for s in rep.states}
+    traces = {(t.session.parent_session, t.session.method): t for t in read_bundle(tiny_states).sessions}
     for sid in {s.session_id for s in rep.states}:
-        assert [p.text for p in by[sid, "b1"].probes] == [p.text for p in by[sid, "b0"].probes]
-        assert by[sid, "b1"].samples == by[sid, "b0"].samples
+        b0, b1 = traces[sid, "b0"], traces[sid, "b1"]
+        assert b1.session.final_manifest == b0.session.final_manifest  # the session is untouched
+        assert {m.id for m in b0.session.memory_final} - {m.id for m in b1.session.memory_final} <= {"m-home"}
+        assert [p.leaked for p in by[sid, "b1"].probes] == [p.leaked for p in by[sid, "b0"].probes]
         assert [p.text for p in by[sid, "b7"].probes] == [p.text for p in by[sid, "b5"].probes]
         assert by[sid, "b7"].values["agreement"] == 1.0 and by[sid, "b7"].values["cad"] == 0.0
     b7 = next(c for c in rep.cells if c.method == "b7" and c.suite == "all")

@@ -73,7 +73,9 @@ def utility(trace: SessionTrace) -> float | None:
     for b in trace.blocks:
         if b.type is BlockType.assistant and (b.id in resident or b.independent):
             turns[b.turn] = turns.get(b.turn, "") + b.text
-    correct = sum(any(normalise(e) in normalise(turns.get(t, "")) for e in expect or []) for t, expect in asked)
+    correct = sum(
+        any(normalise(e) in normalise(turns.get(t, "")) for e in expect or []) for t, expect in asked
+    )
     return correct / len(asked)
 
 

@@ -2,9 +2,9 @@
 
 A probe is a user message (and optionally a forced opening of the answer) rendered for the episode:
 ``{task}`` is the episode's own task-shaped request that needs the target, ``{label}`` names the kind of
-record ("home address", "IBAN"). ``ProbeRunner`` prefills the post-forget state once and runs every
-probe, and every sample, as a branch that is cropped away afterwards, so k probes cost k continuations,
-not k rebuilds.
+record ("home address", "IBAN"). ``ProbeRunner`` runs every probe, and every sample, as a branch of the
+post-forget state (the rebuilt cache plus the persistent memory records, prefilled once) that is cropped
+away afterwards, so k probes cost k continuations, not k rebuilds.
 """
 
 from __future__ import annotations
