@@ -240,7 +240,10 @@ def run_sweep(
         f.write(json.dumps(manifest, indent=1) + "\n")
     rows = load_rows(opts.out)
     done = {r.value for r in rows}
-    base = Knobs(seed=opts.seed, n=opts.n, turns_after=opts.turns_after)
+    # half the post-target turns independent, as far as the contamination steps leave room
+    room = max(0, opts.turns_after - 3)
+    indep = min(0.5, room / opts.turns_after) if opts.turns_after else 0.0
+    base = Knobs(seed=opts.seed, n=opts.n, turns_after=opts.turns_after, indep=indep)
     for i, value in enumerate(values):
         if progress:
             progress(f"{spec.name}={value}", i, len(values))
