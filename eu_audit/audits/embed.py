@@ -45,4 +45,5 @@ def embedding_distance(a: Sequence[str], b: Sequence[str]) -> float:
     if not a or not b:
         return 0.0
     ea, eb = embed(a).mean(0), embed(b).mean(0)
-    return max(0.0, float(1.0 - torch.nn.functional.cosine_similarity(ea, eb, dim=0)))  # no -0.0 from rounding
+    # clamped: rounding can give -0.0 for identical sets
+    return max(0.0, float(1.0 - torch.nn.functional.cosine_similarity(ea, eb, dim=0)))
