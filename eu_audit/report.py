@@ -122,7 +122,9 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
             for v in labels:
                 b5 = fmean(r.recomputed for r in rows if r.value == v and r.method == "b5")
                 b7 = fmean(r.recomputed for r in rows if r.value == v and r.method == "b7")
-                facts.append(f"{v}: cost ratio B7/B5 = {b7 / b5:.2f}")
+                d5 = fmean(r.decoded for r in rows if r.value == v and r.method == "b5")
+                d7 = fmean(r.decoded for r in rows if r.value == v and r.method == "b7")
+                facts.append(f"{v}: cost ratio B7/B5 = {b7 / b5:.2f} recomputed, {d7 / d5:.2f} decoded")
         if name == "granularity":
             for v in labels:
                 cb = fmean(r.checkpoint_bytes for r in rows if r.value == v and r.method == methods[0])
@@ -130,10 +132,15 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
     ax.set_title(f"sweep {name} ({manifest['model']})")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    png = out / f"sweep-{name}.png"
+    png = out / f"sweep-{folder.name}.png"  # two folders may hold the same sweep (other builders)
     fig.savefig(png, dpi=110)
     plt.close(fig)
-    lines = [f"### sweep `{name}`: {manifest.get('describe', '')}", "", f"![{name}]({png.name})", ""]
+    lines = [
+        f"### sweep `{name}` ({folder.name}, {manifest['suite']} episodes): {manifest.get('describe', '')}",
+        "",
+        f"![{name}]({png.name})",
+        "",
+    ]
     lines += [f"- {f}" for f in facts]
     lines += [
         "",
