@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--bundle", type=Path, help="a recorded bundle (default: record the builtin suite)")
     ap.add_argument("--max-tokens", type=int, default=32, help="tokens per probe answer (audit default 32)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--session", action="append", help="only these session ids (repeatable)")
     args = ap.parse_args()
     loaded: LoadedModel = load_model(args.model)
     path = args.bundle
@@ -50,10 +51,16 @@ def main() -> None:
         record(RecordOptions(model=args.model, out=path), loaded=loaded)
     engine = HFEngine(loaded)
     tok = loaded.tokenizer
-    runner = ProbeRunner(engine, detect_chat_format(tok),
-                         lambda s: list(tok(s, add_special_tokens=False)["input_ids"]), tok.decode)
+    runner = ProbeRunner(
+        engine,
+        detect_chat_format(tok),
+        lambda s: list(tok(s, add_special_tokens=False)["input_ids"]),
+        tok.decode,
+    )
     probes = load_probes()
     for trace in read_bundle(path).sessions:
+        if args.session and trace.session_id not in args.session:
+            continue
         ep = trace.session.episode
 
         def probe(i: int, trace: SessionTrace = trace) -> None:
@@ -79,13 +86,17 @@ def main() -> None:
             runs = [_measure(engine, fn) for _ in range(args.repeat)]
             rows[name] = (statistics.median(r[0] for r in runs), runs[0][1])
         state_tokens = len(engine.tokens)
-        print(f"{trace.session_id} {ep.id}: state {state_tokens} tokens, {len(probes)} probes, "
-              f"{args.max_tokens} tokens each, median of {args.repeat}")
+        print(
+            f"{trace.session_id} {ep.id}: state {state_tokens} tokens, {len(probes)} probes, "
+            f"{args.max_tokens} tokens each, median of {args.repeat}"
+        )
         for name, (wall, toks) in rows.items():
             print(f"  {name:7s} wall {wall:7.2f} s   recomputed {toks:6d} tokens")
         s, o, n = rows["single"], rows["shared"], rows["naive"]
-        print(f"  shared/single: wall {o[0] / s[0]:.2f}x, tokens {o[1] / s[1]:.2f}x   "
-              f"naive/shared: wall {n[0] / o[0]:.2f}x, tokens {n[1] / o[1]:.2f}x")
+        print(
+            f"  shared/single: wall {o[0] / s[0]:.2f}x, tokens {o[1] / s[1]:.2f}x   "
+            f"naive/shared: wall {n[0] / o[0]:.2f}x, tokens {n[1] / o[1]:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def test_a_resumed_sweep_gives_the_same_rows_as_an_uninterrupted_one(
     report = write_report([tmp_path / "whole"], [], tmp_path / "report", "test report", None)
     text = report.read_text()
     assert "sweep `depth`" in text and "eu-audit sweep depth (test)" in text and "Paper:" in text
-    assert (tmp_path / "report" / "sweep-depth.png").stat().st_size > 1000
+    assert (tmp_path / "report" / "sweep-whole.png").stat().st_size > 1000  # named after the folder
 
 
 def test_a_sweep_folder_is_never_mixed_with_another(tiny: LoadedModel, tmp_path: Path) -> None:
