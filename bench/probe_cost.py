@@ -23,7 +23,6 @@ from eu_audit.audits.probes import ProbeRunner, load_probes
 from eu_audit.bundle.io import SessionTrace, read_bundle
 from eu_audit.checkpoints import rebuild_state
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.models import LoadedModel, load_model
 
@@ -50,13 +49,7 @@ def main() -> None:
         path = Path(tempfile.mkdtemp()) / "trace.jsonl"
         record(RecordOptions(model=args.model, out=path), loaded=loaded)
     engine = HFEngine(loaded)
-    tok = loaded.tokenizer
-    runner = ProbeRunner(
-        engine,
-        detect_chat_format(tok),
-        lambda s: list(tok(s, add_special_tokens=False)["input_ids"]),
-        tok.decode,
-    )
+    runner = ProbeRunner.for_engine(engine)
     probes = load_probes()
     for trace in read_bundle(path).sessions:
         if args.session and trace.session_id not in args.session:

@@ -34,8 +34,8 @@ from eu_audit.bundle.io import Bundle, SessionTrace, file_digest, read_bundle
 from eu_audit.checkpoints import rebuild_state
 from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.runtime.agent import derive_seed
-from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import HFEngine, Sampling
+from eu_audit.runtime.memory import memory_text
 from eu_audit.runtime.models import LoadedModel, load_model
 from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
 from eu_audit.unlearn import parse_methods, unlearn
@@ -188,14 +188,7 @@ def audit(
         raise BadInput(
             "the bundle was produced by other weights", path=str(path), line=1, field="model.weight_digest"
         )
-    engine = HFEngine(loaded)
-    chat = detect_chat_format(loaded.tokenizer)
-    tok = loaded.tokenizer
-
-    def encode(text: str) -> list[int]:
-        return list(tok(text, add_special_tokens=False)["input_ids"])
-
-    runner = ProbeRunner(engine, chat, encode, lambda ids: tok.decode(list(ids), skip_special_tokens=True))
+    runner = ProbeRunner.for_engine(HFEngine(loaded))
     probes = load_probes()
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     sessions = [
@@ -305,7 +298,7 @@ def memory_context(runner: ProbeRunner, trace: SessionTrace) -> None:
     shows here; so does a memory write-back that still holds z)."""
     records = trace.session.memory_final
     if records:
-        text = "Long-term memory about the user:\n" + "\n".join(f"- [{m.id}] {m.text}" for m in records)
+        text = memory_text([(m.id, m.text) for m in records])
         runner.engine.prefill(runner.encode(runner.chat.message("system", text)))
 
 

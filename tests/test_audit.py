@@ -19,7 +19,6 @@ from eu_audit.checkpoints import rebuild_state
 from eu_audit.errors import BadInput
 from eu_audit.gate import evaluate, parse_rule
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.unlearn import unlearn
@@ -53,12 +52,7 @@ def test_all_probes_share_one_state_and_leave_it_unchanged(tiny: LoadedModel, ti
     before_tokens, before_kv = list(engine.tokens), engine.kv_tensors()
     prefilled = engine.account.prefilled
     tok = tiny.tokenizer
-    runner = ProbeRunner(
-        engine,
-        detect_chat_format(tok),
-        lambda s: list(tok(s, add_special_tokens=False)["input_ids"]),
-        tok.decode,
-    )
+    runner = ProbeRunner.for_engine(engine)
     prompt_tokens = 0
     for p in load_probes():
         prompt, cue = p.render(trace.session.episode)

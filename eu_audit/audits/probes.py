@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 from eu_audit.episodes import Episode, Phase, StepKind
 from eu_audit.jsonl import iter_jsonl
 from eu_audit.registry import Registry
-from eu_audit.runtime.chat import ChatFormat
+from eu_audit.runtime.chat import ChatFormat, detect_chat_format
 from eu_audit.runtime.engine import HFEngine, Sampling
 from eu_audit.suites import data_dir
 
@@ -83,6 +83,17 @@ class ProbeRunner:
     chat: ChatFormat
     encode: Callable[[str], list[int]]
     decode_text: Callable[[Sequence[int]], str]
+
+    @classmethod
+    def for_engine(cls, engine: HFEngine) -> ProbeRunner:
+        """A runner speaking the engine's model: its chat format and tokenizer."""
+        tok = engine.loaded.tokenizer
+        return cls(
+            engine,
+            detect_chat_format(tok),
+            lambda text: list(tok(text, add_special_tokens=False)["input_ids"]),
+            lambda ids: tok.decode(list(ids), skip_special_tokens=True),
+        )
 
     def ask(self, prompt: str, cue: str | None, max_tokens: int, sampling: Sampling = GREEDY) -> str:
         return self.ask_ids(prompt, cue, max_tokens, sampling)[0]

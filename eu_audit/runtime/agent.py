@@ -38,7 +38,7 @@ from eu_audit.provenance import ArtifactGraph
 from eu_audit.runtime.blocks import BlockType, RuntimeBlock
 from eu_audit.runtime.chat import ChatFormat
 from eu_audit.runtime.engine import HFEngine, Sampling
-from eu_audit.runtime.memory import MemoryStore, Outbox
+from eu_audit.runtime.memory import MemoryStore, Outbox, memory_text
 from eu_audit.runtime.tools import ToolError, ToolSpec, load_toolset, parse_tool_calls
 
 DEFAULT_SYSTEM = (
@@ -228,9 +228,7 @@ class Agent:
             if not any(r[0] == item.id for r in self.memory.records(self.sid)):
                 self.memory.add(self.sid, item.id, item.text, [])
         records = self.memory.records(self.sid)
-        text = "Long-term memory about the user:\n" + (
-            "\n".join(f"- [{rid}] {txt}" for rid, txt, _ in records) if records else "(no records)"
-        )
+        text = memory_text((rid, txt) for rid, txt, _ in records)
         self._add(
             BlockType.memory,
             text=text,

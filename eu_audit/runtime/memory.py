@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -15,6 +16,12 @@ def _private_db(path: Path) -> sqlite3.Connection:
     if not path.exists():
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # created private: it holds targets
     return sqlite3.connect(path)
+
+
+def memory_text(records: Iterable[tuple[str, str]]) -> str:
+    """How the agent surfaces the persistent store: one system message listing (id, text) records."""
+    lines = [f"- [{rid}] {text}" for rid, text in records]
+    return "Long-term memory about the user:\n" + ("\n".join(lines) if lines else "(no records)")
 
 
 class MemoryStore:
