@@ -11,7 +11,7 @@ where it stopped: values whose rows are all there are not run again.
 | tau | the target's transition, first to last (fixed T) | b5, b7 | B5 flat; B7 linear in T - tau + 1 |
 | indep | fraction of post-target turns independent of z | b5p, b7 | B7 decode falls linearly, B5' flat |
 | granularity | checkpoint policy | b5, b7 | leakage and CAD flat; only reuse changes |
-| position | early / middle / late injection | b5, b7 | leakage flat; cost B7/B5 falls |
+| position | early / middle / late injection (depth 2) | b5, b7 | leakage flat; cost B7/B5 falls |
 | boundary | (none: one value) | excise, b4, b7, b5 | span-only leaks; B4 over-deletes (CAD) |
 | depth | derivation depth 0..3 | b3, b7, b5 | B3 degrades with depth; B7 holds |
 """
@@ -128,9 +128,11 @@ SWEEPS.add(
         "position",
         ["early", "middle", "late"],
         ["b5", "b7"],
-        lambda v, b: b.model_copy(update={"position": v}),
+        # Depth 2 (answer and plan, no compaction): a compaction after the target would drop the clean
+        # prefix from the cache, B7 would re-prefill it, and position would no longer be what varies.
+        lambda v, b: b.model_copy(update={"position": v, "depth": min(b.depth, 2)}),
         lambda v: ["early", "middle", "late"].index(v),
-        describe="where the target enters: 10% / 50% / 80% in",
+        describe="where the target enters: 10% / 50% / 80% in (depth 2: no compaction)",
     ),
 )
 SWEEPS.add(
