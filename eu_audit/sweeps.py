@@ -8,7 +8,7 @@ where it stopped: values whose rows are all there are not run again.
 
 | sweep | varies | methods | the paper's claim |
 |---|---|---|---|
-| tau | the target's transition, first to last (fixed T) | b5, b7 | B5 flat; B7 linear in T - tau + 1 |
+| tau | the target's transition, first to last (fixed T, depth <= 2) | b5, b7 | B5 flat; B7 linear in T - tau + 1 |
 | indep | fraction of post-target turns independent of z | b5p, b7 | B7 decode falls linearly, B5' flat |
 | granularity | checkpoint policy | b5, b7 | leakage and CAD flat; only reuse changes |
 | position | early / middle / late injection (depth 2) | b5, b7 | leakage flat; cost B7/B5 falls |
@@ -83,8 +83,10 @@ TOTAL_T = 8  # the tau sweep's fixed session length (the target moves from trans
 def _tau_knobs(v: str, base: Knobs) -> Knobs:
     tau = int(v)
     after = TOTAL_T - tau
+    # Depth at most 2 (no compaction), as in the position sweep: a compaction after the target drops the
+    # clean prefix from the cache, so B7 would re-prefill it and the cost would not follow T - tau + 1.
     return base.model_copy(
-        update={"setup": tau - 1, "turns_after": after, "depth": min(3, after), "indep": 0.0}
+        update={"setup": tau - 1, "turns_after": after, "depth": min(2, after), "indep": 0.0}
     )
 
 
