@@ -8,12 +8,15 @@ where it stopped: values whose rows are all there are not run again.
 
 | sweep | varies | methods | the paper's claim |
 |---|---|---|---|
-| tau | the target's transition, first to last (fixed T, depth <= 2) | b5, b7 | B5 flat; B7 linear in T - tau + 1 |
+| tau | the target's transition, first to last (fixed T) | b5, b7 | B5 flat; B7 linear in T - tau + 1 |
 | indep | fraction of post-target turns independent of z | b5p, b7 | B7 decode falls linearly, B5' flat |
-| granularity | checkpoint policy | b5, b7 | leakage and CAD flat; only reuse changes |
-| position | early / middle / late injection (depth 2) | b5, b7 | leakage flat; cost B7/B5 falls |
+| granularity | checkpoint policy (middle position) | b5, b7 | leakage and CAD flat; only reuse changes |
+| position | early / middle / late injection | b5, b7 | leakage flat; cost B7/B5 falls |
 | boundary | (none: one value) | excise, b4, b7, b5 | span-only leaks; B4 over-deletes (CAD) |
 | depth | derivation depth 0..3 | b3, b7, b5 | B3 degrades with depth; B7 holds |
+
+The three cost sweeps (tau, granularity, position) run without a compaction (depth <= 2); see
+``NO_COMPACTION_DEPTH``.
 """
 
 from __future__ import annotations
@@ -80,14 +83,21 @@ SWEEPS: Registry[SweepSpec] = Registry("sweeps")
 TOTAL_T = 8  # the tau sweep's fixed session length (the target moves from transition 1 to T)
 
 
+# The cost sweeps (tau, granularity, position) stop at depth 2 (answer and plan, no compaction). A
+# compaction after the target rebuilds the cache without the clean prefix, so every method, B7 included,
+# must re-prefill that prefix from recorded ids whatever tau, the checkpoint policy or the position: the
+# knob being swept would no longer be what moves the cost. The depth sweep is where compaction is studied.
+NO_COMPACTION_DEPTH = 2
+
+
+def _without_compaction(base: Knobs, **update: Any) -> Knobs:
+    knobs = base.model_copy(update=update)
+    return knobs.model_copy(update={"depth": min(knobs.depth, NO_COMPACTION_DEPTH, knobs.turns_after)})
+
+
 def _tau_knobs(v: str, base: Knobs) -> Knobs:
     tau = int(v)
-    after = TOTAL_T - tau
-    # Depth at most 2 (no compaction), as in the position sweep: a compaction after the target drops the
-    # clean prefix from the cache, so B7 would re-prefill it and the cost would not follow T - tau + 1.
-    return base.model_copy(
-        update={"setup": tau - 1, "turns_after": after, "depth": min(2, after), "indep": 0.0}
-    )
+    return _without_compaction(base, setup=tau - 1, turns_after=TOTAL_T - tau, indep=0.0)
 
 
 SWEEPS.add(
@@ -118,10 +128,11 @@ SWEEPS.add(
         "granularity",
         ["every_turn", "semantic", "session_start"],
         ["b5", "b7"],
-        lambda v, b: b.model_copy(update={"checkpoint_policy": v}),
+        # Middle position: a target in the first turns leaves little clean prefix for a policy to keep.
+        lambda v, b: _without_compaction(b, checkpoint_policy=v, position="middle"),
         lambda v: ["every_turn", "semantic", "session_start"].index(v),
         checkpoint_policy=lambda v: v,
-        describe="checkpoint policy, finest to coarsest",
+        describe="checkpoint policy, finest to coarsest (middle position, depth 2: no compaction)",
     ),
 )
 SWEEPS.add(
@@ -130,9 +141,7 @@ SWEEPS.add(
         "position",
         ["early", "middle", "late"],
         ["b5", "b7"],
-        # Depth 2 (answer and plan, no compaction): a compaction after the target would drop the clean
-        # prefix from the cache, B7 would re-prefill it, and position would no longer be what varies.
-        lambda v, b: b.model_copy(update={"position": v, "depth": min(b.depth, 2)}),
+        lambda v, b: _without_compaction(b, position=v),
         lambda v: ["early", "middle", "late"].index(v),
         describe="where the target enters: 10% / 50% / 80% in (depth 2: no compaction)",
     ),

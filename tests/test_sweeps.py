@@ -74,3 +74,28 @@ def test_a_sweep_folder_is_never_mixed_with_another(tiny: LoadedModel, tmp_path:
         run_sweep(other, loaded=tiny)
     with pytest.raises(BadInput, match="no value"):
         run_sweep(_opts(tmp_path / "t", ["9"]), loaded=tiny)
+
+
+def test_cost_sweeps_run_without_a_compaction_so_only_their_knob_moves_the_cost() -> None:
+    from eu_audit.suites.compose import Knobs
+    from eu_audit.sweeps import NO_COMPACTION_DEPTH, SWEEPS
+
+    base = Knobs(turns_after=4)
+    for name in ("tau", "granularity", "position"):
+        spec = SWEEPS.get(name)
+        assert all(spec.knobs(v, base).depth <= NO_COMPACTION_DEPTH for v in spec.values), name
+    assert {SWEEPS.get("depth").knobs(v, base).depth for v in SWEEPS.get("depth").values} == {0, 1, 2, 3}
+
+
+def test_a_coarser_checkpoint_policy_changes_the_reused_prefix_not_the_result(
+    tiny: LoadedModel, tmp_path: Path
+) -> None:
+    opts = _opts(tmp_path / "g", ["every_turn", "semantic", "session_start"])
+    opts.name = "granularity"
+    rows = run_sweep(opts, loaded=tiny)
+    b7 = {r.value: r for r in rows if r.method == "b7"}
+    assert b7["every_turn"].reused > b7["session_start"].reused  # the finer policy keeps more prefix
+    assert b7["every_turn"].checkpoint_bytes > b7["semantic"].checkpoint_bytes > 0
+    assert {(r.leak_any, r.cad, r.transitions) for r in b7.values()} == {
+        (False, 0.0, b7["semantic"].transitions)
+    }
