@@ -128,7 +128,10 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
         if name == "granularity":
             for v in labels:
                 cb = fmean(r.checkpoint_bytes for r in rows if r.value == v and r.method == methods[0])
-                facts.append(f"{v}: checkpoint metadata {cb:.0f} bytes per session")
+                kept = fmean(r.reused for r in rows if r.value == v and r.method == "b7")
+                facts.append(
+                    f"{v}: checkpoint metadata {cb:.0f} bytes per session; B7 reuses {kept:.0f} tokens"
+                )
     ax.set_title(f"sweep {name} ({manifest['model']})")
     ax.legend(fontsize=8)
     fig.tight_layout()
