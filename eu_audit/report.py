@@ -109,7 +109,8 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
     else:
         labels = list(dict.fromkeys(r.value for r in rows))
         width = 0.8 / max(1, len(methods))
-        metric = "reused" if name == "granularity" else "leak_any"
+        # What each bar sweep is about: the reused prefix (granularity), the cost (position), else leakage.
+        metric = {"granularity": "reused", "position": "recomputed"}.get(name, "leak_any")
         for k, m in enumerate(methods):
             ys = [
                 fmean(float(getattr(r, metric)) for r in rows if r.value == v and r.method == m)
@@ -117,7 +118,13 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
             ]
             ax.bar([i + k * width for i in range(len(labels))], ys, width=width, label=m)
         ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(labels))], labels)
-        ax.set_ylabel("reused tokens (mean)" if metric == "reused" else "any-leak rate")
+        ax.set_ylabel(
+            {"reused": "reused tokens (mean)", "recomputed": "recomputed tokens (mean)"}.get(
+                metric, "any-leak rate"
+            )
+        )
+        if metric == "leak_any":
+            ax.set_ylim(0, 1.05)  # a rate: an all-zero sweep reads as zero, not as an empty axis
         if name == "position":
             for v in labels:
                 b5 = fmean(r.recomputed for r in rows if r.value == v and r.method == "b5")
