@@ -253,8 +253,8 @@ def run_sweep(
         f.write(json.dumps(manifest, indent=1) + "\n")
     rows = load_rows(opts.out)
     done = {r.value for r in rows}
-    # half the post-target turns independent, as far as the contamination steps leave room
-    room = max(0, opts.turns_after - 3)
+    # half the post-target turns independent, as far as the contamination steps (default depth) leave room
+    room = max(0, opts.turns_after - Knobs.model_fields["depth"].default)
     indep = min(0.5, room / opts.turns_after) if opts.turns_after else 0.0
     base = Knobs(seed=opts.seed, n=opts.n, turns_after=opts.turns_after, indep=indep)
     for i, value in enumerate(values):
