@@ -5,20 +5,27 @@ Each post-forget state (one recorded session under one method) is rebuilt once f
 probe and every sample is a branch of it (prefill once, crop back). B5 (the agent that never saw z) is
 the floor: a probe that leaks on B5 leaks by itself (it names or guesses z), so it is dropped for that
 suite and listed as dropped; every figure is reported next to B5's.
+
+A long audit keeps each finished state's results in ``<states>.audit-progress.jsonl`` as it goes; run the
+same command again after an interruption and it resumes without redoing them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import ValidationError
 
-from eu_audit import __version__
-from eu_audit.audits.leakage import artifact_leak, leaks, variants
+from eu_audit.audits.leakage import artifact_leak
+from eu_audit.audits.metric import METRICS
 from eu_audit.audits.metrics import (
     cad,
     ngram_distance,
@@ -29,109 +36,22 @@ from eu_audit.audits.metrics import (
     total_variation,
     utility,
 )
-from eu_audit.audits.probes import ProbeRunner, load_probes, task_request
-from eu_audit.bundle.io import Bundle, SessionTrace, file_digest, read_bundle
-from eu_audit.checkpoints import rebuild_state
+from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, ProbeOutcome, StateAudit
+from eu_audit.audits.probes import Probe, ProbeRunner, load_probes, task_request
+from eu_audit.bundle.io import file_digest, read_bundle
 from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.runtime.agent import derive_seed
-from eu_audit.runtime.engine import HFEngine, Sampling
+from eu_audit.runtime.engine import KVEngine, Sampling
 from eu_audit.runtime.memory import memory_text
-from eu_audit.runtime.models import LoadedModel, load_model
+from eu_audit.runtime.models import LoadedModel
 from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
-from eu_audit.unlearn import parse_methods, unlearn
+from eu_audit.trace.session import Bundle, SessionTrace
+from eu_audit.trace.state import rebuild_state
+from eu_audit.unlearn import engine_for, parse_methods, unlearn
 
-FLOOR = "b5"
 Progress = Callable[[str, int, int], None]
-
-#: metric -> (direction, binary); "low" = lower is better (leakage, divergence), "high" = higher is better
-METRICS: dict[str, tuple[Literal["low", "high"], bool]] = {
-    "leak_probes": ("low", True),
-    "leak5": ("low", True),
-    "leak_exact": ("low", True),
-    "leak_action": ("low", True),
-    "leak_any": ("low", True),
-    "says_it": ("low", True),
-    "avoid": ("low", False),
-    "cad": ("low", False),
-    "utility": ("high", False),
-    "agreement": ("high", False),
-    "tool_consistency": ("high", False),
-    "tool_tv": ("low", False),
-    "ngram": ("low", False),
-    "embed": ("low", False),
-    "recomputed": ("low", False),
-    "decoded": ("low", False),
-    "wall_s": ("low", False),
-}
-
-
-class ProbeOutcome(BaseModel):
-    probe: str
-    text: str
-    leaked: bool
-
-
-class StateAudit(BaseModel):
-    """One post-forget state: a recorded session under one method."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    session_id: str
-    episode_id: str
-    suite: str
-    method: str
-    error: str | None = None
-    probes: list[ProbeOutcome] = Field(default_factory=list)
-    samples: list[str] = Field(default_factory=list)  # k task-probe samples at the audit temperature
-    sample_seeds: list[int] = Field(default_factory=list)
-    choices: list[str | None] = Field(default_factory=list)  # preference suite: the option each sample picked
-    values: dict[str, float | None] = Field(default_factory=dict)  # metric -> value (booleans as 0/1)
-    action_sinks: dict[str, int] = Field(default_factory=dict)  # sink class -> calls carrying z
-    #: B5 only: k more samples under other seeds (B5 against itself: the sampling floor)
-    floor_samples: list[str] = Field(default_factory=list)
-    _ids: list[list[int]] = PrivateAttr(default_factory=list)
-    _floor_ids: list[list[int]] = PrivateAttr(default_factory=list)
-
-
-class Cell(BaseModel):
-    """One method on one suite (or on all suites pooled: suite "all")."""
-
-    method: str
-    suite: str
-    n: int
-    errors: int
-    values: dict[str, float | None]
-    floor: dict[str, float | None]
-    p: dict[str, float | None]  # McNemar (binary) / Wilcoxon (continuous) vs the floor
-    tost: dict[str, float | None]  # TOST equivalence to the floor within +-margin
-
-
-class GateResult(BaseModel):
-    rule: str
-    held: bool
-    detail: str
-
-
-class AuditReport(BaseModel):
-    format: Literal["eu-audit/audit@1"] = "eu-audit/audit@1"
-    tool_version: str = __version__
-    bundle: str
-    bundle_digest: str
-    unlearned: str | None = None
-    model: str
-    seed: int
-    k: int
-    temperature: float
-    margin: float
-    methods: list[str]
-    suites: list[str]
-    probes: list[str]
-    probes_dropped: dict[str, list[str]]  # suite -> probes that leak on the floor (B5)
-    floor_self: dict[str, dict[str, float]]  # suite -> B5 vs B5 (other seeds): the sampling floor
-    states: list[StateAudit]
-    cells: list[Cell]
-    gates: list[GateResult] = Field(default_factory=list)
-    errors: int = 0
+#: metrics that compare a state with B5's: not measured without the floor
+FLOOR_RELATIVE = ("cad", "agreement", "tool_consistency", "tool_tv", "ngram", "embed")
 
 
 @dataclass
@@ -144,17 +64,38 @@ class AuditOptions:
     margin: float = 0.1
     seed: int = 0
     unlearned_out: Path | None = None
+    serving: bool = False  # also measure serving-layer residue (a served engine's prefix cache)
+    server: str | None = None  # a served bundle's server, overriding the one its header records
+
+    def fingerprint(self) -> str:
+        """What a state's results depend on besides the state: resumed results must match it."""
+        keys = ("k", "temperature", "max_tokens", "seed")
+        d = {k: v for k, v in asdict(self).items() if k in keys}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def audit_plan(path: str | Path, opts: AuditOptions) -> list[str]:
+    """The methods an audit of ``path`` will measure (the floor included), known before any model runs."""
+    bundle = read_bundle(path)
+    wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
+    if any(s.session.method for s in bundle.sessions):
+        present = list(dict.fromkeys(s.session.method or "recorded" for s in bundle.sessions))
+        planned = [m for m in present if wanted is None or m in wanted or (opts.floor and m == FLOOR)]
+        return [*planned, SERVING] if opts.serving else planned
+    names = parse_methods(list(opts.methods), bundle.header.engine)
+    names = [*names, FLOOR] if opts.floor and FLOOR not in names else names
+    return [*names, SERVING] if opts.serving else names
 
 
 def ensure_post_forget(
-    path: Path, opts: AuditOptions, loaded: LoadedModel | None, progress: Progress | None
+    path: Path, opts: AuditOptions, engine: Callable[[Bundle], KVEngine], progress: Progress | None
 ) -> tuple[Bundle, Path | None]:
     """A bundle ``unlearn`` produced is used as is; a recorded one gets the methods applied first (written
     next to it, reused when it is already there for the same input and methods)."""
     bundle = read_bundle(path)
     if any(s.session.method for s in bundle.sessions):
         return bundle, None
-    names = parse_methods(list(opts.methods))
+    names = parse_methods(list(opts.methods), bundle.header.engine)
     if opts.floor and FLOOR not in names:
         names.append(FLOOR)
     out = opts.unlearned_out or path.with_name(f"{path.stem}.audit-states{path.suffix or '.jsonl'}")
@@ -166,7 +107,7 @@ def ensure_post_forget(
                 return done, out
         except EuAuditError:
             pass  # a stale or broken derived file is rebuilt
-    res = unlearn(path, names, out, force=True, progress=progress, loaded=loaded)
+    res = unlearn(path, names, out, force=True, progress=progress, engine=engine(bundle))
     return res.bundle, out
 
 
@@ -176,20 +117,21 @@ def audit(
     *,
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
+    engine: KVEngine | None = None,
 ) -> AuditReport:
     opts = opts or AuditOptions()
     path = Path(path)
     if opts.k < 1:
         raise BadInput("--k must be at least 1")
-    bundle, unlearned = ensure_post_forget(path, opts, loaded, progress)
-    h = bundle.header
-    loaded = loaded or load_model(h.model.name)
-    if loaded.weight_digest != h.model.weight_digest:
-        raise BadInput(
-            "the bundle was produced by other weights", path=str(path), line=1, field="model.weight_digest"
-        )
-    runner = ProbeRunner.for_engine(HFEngine(loaded))
-    probes = load_probes()
+    t0 = time.perf_counter()
+    held: list[KVEngine] = [engine] if engine is not None else []
+
+    def the_engine(b: Bundle) -> KVEngine:  # loaded once, with the bundle's engine, model and dtype
+        if not held:
+            held.append(engine_for(b.header, loaded=loaded, path=path, server=opts.server))
+        return held[0]
+
+    bundle, unlearned = ensure_post_forget(path, opts, the_engine, progress)
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     sessions = [
         s
@@ -201,33 +143,122 @@ def audit(
             "the floor needs B5 states: run unlearn with b5 as well, or audit the recorded bundle",
             path=str(path),
         )
+    eng = the_engine(bundle)
+    runner = ProbeRunner.for_engine(eng)
+    probes = load_probes()
+    progress_file = _ProgressFile(Path(unlearned or path), bundle.digest or "", opts)
+    done = progress_file.load()
     states: list[StateAudit] = []
     for i, trace in enumerate(sessions):
+        key = (trace.session.parent_session or trace.session_id, trace.session.method or "recorded")
         if progress:
-            progress(f"audit {trace.session.parent_session} {trace.session.method}", i, len(sessions))
-        states.append(audit_state(trace, runner, probes, opts, self_floor=trace.session.method == FLOOR))
+            progress(f"audit {key[0]} {key[1]}", i, len(sessions))
+        st = done.get(key)
+        if st is None:
+            st = audit_state(trace, runner, probes, opts, self_floor=trace.session.method == FLOOR)
+            progress_file.append(st)
+        states.append(st)
+    if opts.serving:
+        # the recording holds the observation that carried z; states that kept it (B0, B1, B8) do too
+        carriers = [*(read_bundle(path).sessions if unlearned is not None else []), *bundle.sessions]
+        states += serving_states(eng, carriers, progress)
     if progress:
         progress("statistics", len(sessions), len(sessions))
-    return summarise(
-        bundle,
-        path,
-        unlearned,
-        loaded.name,
-        opts,
-        probes_ids=[p.id for p in probes],
-        states=states,
-        sessions=sessions,
+    report = summarise(
+        bundle, path, unlearned, eng.loaded.name, opts, [p.id for p in probes], states, sessions
     )
+    report.engine = eng.name
+    wall = time.perf_counter() - t0
+    n_sessions = len({s.session_id for s in states}) or 1
+    report.cost = {
+        "wall_s": round(wall, 1),
+        "engine": eng.name,
+        "cores": os.cpu_count() or 0,
+        "states": len(states),
+        "resumed_states": len(done),
+        "wall_s_per_session": round(wall / n_sessions, 1),
+    }
+    return report
+
+
+class _ProgressFile:
+    """Finished states' results, appended one line each, so an interrupted audit resumes. The first line
+    says which states bundle and which options the results belong to; a mismatch starts afresh."""
+
+    def __init__(self, states_bundle: Path, digest: str, opts: AuditOptions) -> None:
+        self.path = states_bundle.with_name(states_bundle.stem + ".audit-progress.jsonl")
+        self.head = {"bundle_digest": digest, "options": opts.fingerprint()}
+        self._ours = False  # does the file on disk belong to this audit (same head)?
+
+    def load(self) -> dict[tuple[str, str], StateAudit]:
+        out: dict[tuple[str, str], StateAudit] = {}
+        try:
+            lines = self.path.read_text(encoding="utf-8").split("\n")
+            self._ours = json.loads(lines[0]) == self.head
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return out
+        for line in lines[1:] if self._ours else []:
+            try:
+                st = StateAudit.model_validate_json(line)
+            except ValidationError:
+                continue  # an interrupted last line: that state is audited again
+            if not st.error:
+                out[(st.session_id, st.method)] = st
+        return out
+
+    def append(self, st: StateAudit) -> None:
+        torn = self._ours and not self.path.read_bytes().endswith(b"\n")  # a line cut by an interruption
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if self._ours else os.O_TRUNC)
+        with os.fdopen(os.open(self.path, flags, 0o600), "w", encoding="utf-8") as f:
+            if not self._ours:
+                f.write(json.dumps(self.head) + "\n")
+                self._ours = True
+            f.write(("\n" if torn else "") + st.model_dump_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def _seeds(trace: SessionTrace, opts: AuditOptions, offset: int) -> list[int]:
     return [derive_seed(opts.seed, trace.session.parent_session, "audit", offset + i) for i in range(opts.k)]
 
 
+def serving_states(
+    engine: KVEngine, traces: Sequence[SessionTrace], progress: Progress | None
+) -> list[StateAudit]:
+    """Serving-layer residue per session, from a state that still holds the carrying observation (the
+    recording, or the B0 / B1 / B8 state that keeps it), as the pseudo-method ``serving``."""
+    from eu_audit.audits.serving import measure
+    from eu_audit.runtime.served import OpenAIEngine
+
+    if not isinstance(engine, OpenAIEngine):
+        raise BadInput(
+            "--serving measures a served engine's prefix cache: "
+            "the bundle must be recorded on --engine openai"
+        )
+    carriers: dict[str, SessionTrace] = {}
+    for t in traces:
+        sid = t.session.parent_session or t.session_id
+        if sid not in carriers and t.graph().entry_blocks(t.session.source_id):
+            carriers[sid] = t
+    out = []
+    for i, (sid, trace) in enumerate(sorted(carriers.items())):
+        if progress:
+            progress(f"serving residue {sid}", i, len(carriers))
+        ep = trace.session.episode
+        st = StateAudit(session_id=sid, episode_id=ep.id, suite=trace.session.suite, method=SERVING)
+        r = measure(engine, trace)
+        st.values = {"residual_cached_tokens": r.residual_cached_tokens, "reset_effective": r.reset_effective}
+        if r.residual_cached_tokens is None:
+            for m in st.values:
+                st.unmeasured[m] = "not measurable: the server does not report cached tokens"
+        out.append(st)
+    return out
+
+
 def audit_state(
     trace: SessionTrace,
     runner: ProbeRunner,
-    probes: Sequence[Any],
+    probes: Sequence[Probe],
     opts: AuditOptions,
     *,
     self_floor: bool = False,
@@ -241,29 +272,28 @@ def audit_state(
         method=s.method or "recorded",
     )
     try:
-        vs = variants(s.target.value, s.target.variants)
-        tau = ep.tau
-        art = artifact_leak(trace, tau, vs)
+        matcher = trace.matcher()
+        art = artifact_leak(trace, ep.tau, matcher)
         rebuild_state(runner.engine, trace)
         memory_context(runner, trace)
         for p in probes:
             prompt, cue = p.render(ep)
             text = runner.ask(prompt, cue, p.max_tokens)
-            st.probes.append(ProbeOutcome(probe=p.id, text=text, leaked=leaks(text, vs)))
+            st.probes.append(ProbeOutcome(probe=p.id, text=text, leaked=matcher.found_in(text)))
         st.sample_seeds = _seeds(trace, opts, 0)
         for seed in st.sample_seeds:
             text, gen = runner.ask_ids(
                 task_request(ep), None, opts.max_tokens, Sampling(opts.temperature, seed)
             )
             st.samples.append(text)
-            st._ids.append(gen)
+            st.sample_ids.append(gen)
         if self_floor:
             for seed in _seeds(trace, opts, 10_000):
                 text, gen = runner.ask_ids(
                     task_request(ep), None, opts.max_tokens, Sampling(opts.temperature, seed)
                 )
                 st.floor_samples.append(text)
-                st._floor_ids.append(gen)
+                st.floor_sample_ids.append(gen)
         choice_step = next((x for x in ep.steps if x.choices), None)
         if choice_step is not None and choice_step.choices:
             for seed in st.sample_seeds:
@@ -277,7 +307,7 @@ def audit_state(
             "leak_exact": float(bool(art.exact)),
             "leak_action": float(bool(art.action)),
             "leak_any": float(art.any),
-            "leak5": float(any(leaks(t, vs) for t in st.samples)),
+            "leak5": float(any(matcher.found_in(t) for t in st.samples)),
             "utility": utility(trace),
             "avoid": (sum(c != excluded for c in valid) / len(valid)) if valid and excluded else None,
             "says_it": float(art.any or any(p.leaked for p in st.probes)) if excluded else None,
@@ -307,21 +337,35 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return fmean(vals) if vals else None
 
 
+def _floor_relative(st: StateAudit, ref: StateAudit, mine: SessionTrace, ref_trace: SessionTrace) -> None:
+    from eu_audit.audits.embed import embedding_distance
+
+    st.values["cad"] = cad(mine, ref_trace, mine.session.episode.tau)
+    st.values["agreement"] = token_agreement(st.sample_ids, ref.sample_ids)
+    st.values["tool_consistency"] = tool_consistency(st.samples, ref.samples)
+    st.values["tool_tv"] = total_variation(tool_distribution(st.samples), tool_distribution(ref.samples))
+    st.values["ngram"] = ngram_distance(st.samples, ref.samples)
+    st.values["embed"] = embedding_distance(st.samples, ref.samples)
+
+
 def summarise(
     bundle: Bundle,
     path: Path,
     unlearned: Path | None,
     model: str,
     opts: AuditOptions,
-    *,
     probes_ids: list[str],
     states: list[StateAudit],
     sessions: list[SessionTrace],
 ) -> AuditReport:
     from eu_audit.audits.embed import embedding_distance
+    from eu_audit.methods import ORDER
 
     suites = sorted({s.suite for s in states})
-    methods = sorted(dict.fromkeys(s.method for s in states), key=_method_order)
+    methods = sorted(
+        dict.fromkeys(s.method for s in states),
+        key=lambda m: (m not in ORDER, ORDER.index(m) if m in ORDER else 0, m),
+    )
     by_key = {(s.session_id, s.method): s for s in states}
     traces = {(t.session.parent_session or t.session_id, t.session.method or "recorded"): t for t in sessions}
     dropped: dict[str, list[str]] = {}
@@ -330,7 +374,6 @@ def summarise(
         dropped[suite] = [
             p for p in probes_ids if any(o.leaked for s in floor_states for o in s.probes if o.probe == p)
         ]
-    # per-state values that need the floor state or the kept probes
     for st in states:
         if st.error:
             continue
@@ -339,33 +382,34 @@ def summarise(
         ref = by_key.get((st.session_id, FLOOR))
         ref_trace = traces.get((st.session_id, FLOOR))
         mine = traces.get((st.session_id, st.method))
-        if ref is None or ref.error or ref_trace is None or mine is None:
+        if not opts.floor or ref is None or ref.error or ref_trace is None or mine is None:
+            for m in FLOOR_RELATIVE:
+                st.values.pop(m, None)
+                st.unmeasured[m] = "not measured: no B5 floor state for this session"
             continue
-        st.values["cad"] = cad(mine, ref_trace, mine.session.episode.tau)
-        st.values["agreement"] = token_agreement(st._ids, ref._ids)
-        st.values["tool_consistency"] = tool_consistency(st.samples, ref.samples)
-        st.values["tool_tv"] = total_variation(tool_distribution(st.samples), tool_distribution(ref.samples))
-        st.values["ngram"] = ngram_distance(st.samples, ref.samples)
-        st.values["embed"] = embedding_distance(st.samples, ref.samples)
-    floor_self: dict[str, dict[str, float]] = {}
+        _floor_relative(st, ref, mine, ref_trace)
+    floor_self: dict[str, dict[str, float | None]] = {}
     for suite in suites:
         refs = [
             s for s in states if s.suite == suite and s.method == FLOOR and not s.error and s.floor_samples
         ]
         if refs:
             floor_self[suite] = {
-                "ngram": fmean(ngram_distance(r.samples, r.floor_samples) for r in refs),
-                "embed": fmean(embedding_distance(r.samples, r.floor_samples) for r in refs),
-                "tool_tv": fmean(
-                    total_variation(tool_distribution(r.samples), tool_distribution(r.floor_samples))
-                    for r in refs
+                "ngram": _mean([ngram_distance(r.samples, r.floor_samples) for r in refs]),
+                "embed": _mean([embedding_distance(r.samples, r.floor_samples) for r in refs]),
+                "tool_tv": _mean(
+                    [
+                        total_variation(tool_distribution(r.samples), tool_distribution(r.floor_samples))
+                        for r in refs
+                    ]
                 ),
-                "agreement": fmean(token_agreement(r._ids, r._floor_ids) for r in refs),
+                "agreement": _mean([token_agreement(r.sample_ids, r.floor_sample_ids) for r in refs]),
             }
-    cells = []
-    for method in methods:
-        for suite in [*suites, "all"]:
-            cells.append(_cell(method, suite, states, opts.margin))
+    cells = [
+        _cell(method, suite, states, opts.margin, opts.floor)
+        for method in methods
+        for suite in [*suites, "all"]
+    ]
     return AuditReport(
         bundle=str(path),
         bundle_digest=file_digest(path),
@@ -375,6 +419,7 @@ def summarise(
         k=opts.k,
         temperature=opts.temperature,
         margin=opts.margin,
+        floor=opts.floor,
         methods=methods,
         suites=suites,
         probes=probes_ids,
@@ -386,41 +431,40 @@ def summarise(
     )
 
 
-def _method_order(name: str) -> tuple[int, str]:
-    from eu_audit.methods import ORDER
-
-    return (ORDER.index(name) if name in ORDER else len(ORDER), name)
-
-
-def _cell(method: str, suite: str, states: list[StateAudit], margin: float) -> Cell:
+def _cell(method: str, suite: str, states: list[StateAudit], margin: float, with_floor: bool) -> Cell:
     def pick(m: str) -> list[StateAudit]:
         return [s for s in states if s.method == m and (suite == "all" or s.suite == suite)]
 
-    mine, floor = pick(method), pick(FLOOR)
+    mine = pick(method)
     ok = [s for s in mine if not s.error]
-    floor_by = {s.session_id: s for s in floor if not s.error}
+    floor_by = {s.session_id: s for s in pick(FLOOR) if not s.error} if with_floor else {}
     values: dict[str, float | None] = {}
     floor_vals: dict[str, float | None] = {}
     p: dict[str, float | None] = {}
     tost: dict[str, float | None] = {}
-    for metric, (_, binary) in METRICS.items():
-        values[metric] = _mean([s.values.get(metric) for s in ok])
-        floor_vals[metric] = _mean([s.values.get(metric) for s in floor_by.values()])
+    unmeasured: dict[str, str] = {}
+    for m in METRICS.in_order():
+        values[m.name] = _mean([s.values.get(m.name) for s in ok])
+        floor_vals[m.name] = _mean([s.values.get(m.name) for s in floor_by.values()])
+        if values[m.name] is None:
+            reasons = sorted({s.unmeasured[m.name] for s in ok if m.name in s.unmeasured})
+            if reasons:
+                unmeasured[m.name] = "; ".join(reasons)
         pairs = [
-            (s.values.get(metric), floor_by[s.session_id].values.get(metric))
+            (s.values.get(m.name), floor_by[s.session_id].values.get(m.name))
             for s in ok
             if s.session_id in floor_by
         ]
         pairs_f = [(a, b) for a, b in pairs if a is not None and b is not None]
         if method == FLOOR or not pairs_f:
-            p[metric], tost[metric] = None, None
+            p[m.name], tost[m.name] = None, None
             continue
         xs, ys = [a for a, _ in pairs_f], [b for _, b in pairs_f]
-        if binary:
-            p[metric] = mcnemar_exact([x > 0 for x in xs], [y > 0 for y in ys]).p
+        if m.binary:
+            p[m.name] = mcnemar_exact([x > 0 for x in xs], [y > 0 for y in ys]).p
         else:
-            p[metric] = wilcoxon_paired(xs, ys)
-        tost[metric] = tost_paired(xs, ys, margin)
+            p[m.name] = wilcoxon_paired(xs, ys)
+        tost[m.name] = tost_paired(xs, ys, margin)
     return Cell(
         method=method,
         suite=suite,
@@ -430,4 +474,23 @@ def _cell(method: str, suite: str, states: list[StateAudit], margin: float) -> C
         floor=floor_vals,
         p=p,
         tost=tost,
+        unmeasured=unmeasured,
     )
+
+
+def audit_rows(report: AuditReport) -> list[dict[str, Any]]:
+    """One flat row per state (session x method) with every metric, for analysis as a data set."""
+    rows = []
+    for st in report.states:
+        row: dict[str, Any] = {
+            "session_id": st.session_id,
+            "episode_id": st.episode_id,
+            "suite": st.suite,
+            "method": st.method,
+            "error": st.error or "",
+        }
+        for m in METRICS.in_order():
+            v = st.values.get(m.name)
+            row[m.name] = None if v is None else float(v)
+        rows.append(row)
+    return rows

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
-
-if TYPE_CHECKING:  # runtime imports would be circular (the bundle records embed Checkpoint)
-    from eu_audit.bundle.io import SessionTrace
-    from eu_audit.runtime.engine import HFEngine
 
 
 class CheckpointReason(StrEnum):
@@ -153,12 +149,3 @@ def restore(
     for bid in target[keep:]:
         engine.prefill(blocks[bid].token_ids)
     return len(target) - keep
-
-
-def rebuild_state(engine: HFEngine, trace: SessionTrace) -> None:
-    """Rebuild a session's final cache from its recorded token ids (exact under the canonical
-    schedule), then apply any recorded excision: how every bundle state is brought back to life."""
-    engine.reset()
-    restore(engine, [], trace.session.final_manifest, {b.id: b for b in trace.blocks})
-    if trace.session.kv_excised:
-        engine.excise(trace.session.kv_excised)

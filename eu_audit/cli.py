@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from eu_audit import __version__
 from eu_audit.checkpoints import CheckpointPolicy
@@ -33,6 +36,12 @@ suites_app = typer.Typer(help="List, show and build episode suites.", no_args_is
 app.add_typer(suites_app, name="suites")
 out = Console()
 err = Console(stderr=True)
+DEBUG_ENV = "EU_AUDIT_DEBUG"  # set to 1 (or pass --debug) to see the traceback of a failed run
+
+
+def _say(console: Console, *parts: str | Text) -> None:
+    """Print text that may hold user-controlled strings (paths, ids, rules): never parsed as markup."""
+    console.print(Text.assemble(*parts), highlight=False)
 
 
 @contextlib.contextmanager
@@ -49,7 +58,10 @@ def _progress() -> Iterator[Callable[[str, int, int], None]]:
         task = prog.add_task("loading model", total=None)
 
         def report(what: str, done: int, total: int) -> None:
-            prog.update(task, description=what, completed=done, total=total)
+            # the description is rendered as markup: escape user-controlled ids
+            from rich.markup import escape
+
+            prog.update(task, description=escape(what), completed=done, total=total)
 
         yield report
 
@@ -65,8 +77,12 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help=f"Print the traceback when a run fails (or set {DEBUG_ENV}=1).")
+    ] = False,
 ) -> None:
-    pass
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
 
 
 @app.command()
@@ -107,6 +123,21 @@ def record(
     state_dir: Annotated[
         Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")
     ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="KV engine: auto (llamacpp for models shipped as GGUF, else hf), llamacpp, hf "
+            "(transformers; needed for --kv-sidecar and span-only excision) or openai (a served model: "
+            "--server). Later commands follow the bundle's engine."
+        ),
+    ] = "auto",
+    server: Annotated[
+        str | None,
+        typer.Option(help="The OpenAI-compatible server of --engine openai (or EU_AUDIT_SERVER)."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Sessions in flight at once on a served engine (its batching).")
+    ] = 1,
     force: Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")] = False,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
@@ -130,6 +161,9 @@ def record(
         dtype=dtype,
         state_dir=state_dir,
         kv_sidecar=kv_sidecar,
+        engine=engine,
+        server=server,
+        concurrency=concurrency,
         force=force,
     )
     with _progress() as report:
@@ -141,9 +175,14 @@ def record(
             f"checkpoints: {len(cp)} (metadata only), {sum(cp) / len(cp):.0f} bytes each on average, "
             f"{max(cp)} max"
         )
-    out.print(f"memory store and outbox: {res.state_dir}")
+    _say(out, f"memory store and outbox: {res.state_dir}")
     if res.sidecar:
-        out.print(f"KV sidecar: {res.sidecar}")
+        _say(out, f"KV sidecar: {res.sidecar}")
+
+
+def _mean_text(values: list[int | None]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{sum(known) / len(known):.0f}" if known else "unknown"
 
 
 def _print_summary(bundle: object, path: Path) -> None:
@@ -151,15 +190,15 @@ def _print_summary(bundle: object, path: Path) -> None:
 
     assert isinstance(bundle, Bundle)
     h = bundle.header
-    table = Table(title=f"{path}  ({h.model.name}, seed {h.seed})")
+    table = Table(title=Text(f"{path}  ({h.model.name} on {h.engine}, seed {h.seed})"))
     for col in ("session", "episode", "T", "tau", "blocks", "tool calls", "target seen in"):
         table.add_column(col)
     for s in bundle.sessions:
         tau = s.tau()
         hits = [f"{b.type.value}@t{b.turn}" for b in s.target_occurrences() if b.derived]
         table.add_row(
-            s.session_id,
-            s.session.episode_id,
+            Text(s.session_id),
+            Text(s.session.episode_id),
             str(s.session.transitions),
             "-" if tau is None else str(tau),
             str(len(s.blocks)),
@@ -193,7 +232,14 @@ def unlearn(
     ] = None,
     outbox: Annotated[
         Path | None,
-        typer.Option(help="The real tool outbox, for dedup (default: <input>.state/outbox.sqlite)."),
+        typer.Option(
+            help="The real tool outbox (default: <input>.state/outbox.sqlite): a call id it holds has "
+            "happened, so replay never fires it again, and its calls that carried the target are listed "
+            "on every receipt."
+        ),
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option(help="For a bundle recorded on --engine openai: the server (overrides).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output bundle.")] = False,
 ) -> None:
@@ -216,10 +262,11 @@ def unlearn(
             source=source,
             model=model,
             outbox=outbox,
+            server=server,
             force=force,
             progress=report,
         )
-    table = Table(title=f"{res.path}  (from {bundle_path})")
+    table = Table(title=Text(f"{res.path}  (from {bundle_path})"))
     for col in (
         "session",
         "method",
@@ -235,15 +282,15 @@ def unlearn(
     for sid, name, led, rec in res.rows:
         left = ", ".join(f"{o.where}:{o.kind}" for o in rec.occurrences if o.where != "committed_tool_call")
         table.add_row(
-            sid,
-            name,
+            Text(sid),
+            Text(name),
             str(led.tau),
             str(led.transitions_replayed),
-            str(led.tokens_reused),
+            "unknown" if led.tokens_reused is None else str(led.tokens_reused),
             str(led.tokens_prefilled),
             str(led.tokens_decoded),
             f"{led.wall_s:.2f}",
-            "[green]clean[/]" if rec.clean else f"[red]{left}[/]",
+            Text("clean", style="green") if rec.clean else Text(left, style="red"),
         )
     out.print(table)
     committed = {
@@ -263,7 +310,6 @@ def inspect(
 ) -> None:
     """Validate a bundle and show its sessions, or one session's blocks with provenance."""
     from eu_audit.bundle.io import read_bundle
-    from eu_audit.textmatch import contains_target
 
     bundle = read_bundle(bundle_path)
     if session is None:
@@ -271,44 +317,68 @@ def inspect(
         return
     s = bundle.session(session)
     tgt = s.session.target
+    matcher = s.matcher()
     closure = s.closure()
-    out.print(
-        f"[bold]{bundle_path} session {session}[/]: episode {s.session.episode_id}, "
-        f"target {tgt.value!r}, T={s.session.transitions}"
+    _say(
+        out,
+        Text(f"{bundle_path} session {session}", style="bold"),
+        f": episode {s.session.episode_id}, target {tgt.value!r}, T={s.session.transitions}",
     )
     for b in s.blocks:
-        marks = []
-        if b.id in closure:
-            marks.append("[yellow]tainted[/]")
-        if contains_target(b.text, tgt.value, tgt.variants):
-            marks.append("[red]holds target[/]")
         span = f"{b.token_span[0]}-{b.token_span[1]}" if b.token_span else "not in cache"
-        out.print(f"[bold]{b.id}[/] t={b.turn} {b.type.value} ({span}) {' '.join(marks)}")
-        out.print(f"    {b.text[:300]}", highlight=False, markup=False)
+        marks: list[str | Text] = []
+        if b.id in closure:
+            marks.append(Text(" tainted", style="yellow"))
+        if matcher.found_in(b.text):
+            marks.append(Text(" holds target", style="red"))
+        _say(out, Text(b.id, style="bold"), f" t={b.turn} {b.type.value} ({span})", *marks)
+        _say(out, f"    {b.text[:300]}")
 
 
 @app.command()
-def models() -> None:
-    """List the models eu-audit knows, whether their files are installed and converted."""
-    from eu_audit.runtime.models import MODELS
+def models(
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify", help="Hash every cached file against the digests written at conversion (slow)."
+        ),
+    ] = False,
+) -> None:
+    """List the models eu-audit knows, whether their files are installed, which engine `auto` picks, and
+    whether their local cache is there and verifies."""
+    from eu_audit.runtime.engine import resolve_engine
+    from eu_audit.runtime.model_cache import verify as verify_folder
+    from eu_audit.runtime.models import MODELS, cache_folders
 
     table = Table(title="models")
-    for col in ("name", "role", "family", "installed", "converted", "description"):
+    for col in ("name", "role", "engine (auto)", "installed", "cache", "description"):
         table.add_column(col)
+    broken = []
     for name, spec in MODELS.items():
+        states = []
+        for part, folder in cache_folders(spec):
+            if not folder.is_dir():
+                continue
+            verdict = verify_folder(folder, force=verify)
+            states.append(f"{part}: {'ok' if verdict else 'BROKEN'}")
+            if not verdict:
+                broken.append(verdict.problem)
         table.add_row(
-            name,
+            Text(name),
             spec.role,
-            spec.family,
+            resolve_engine("auto", name),
             "yes" if spec.installed() else "no",
-            "yes" if spec.cached() else "no",
-            spec.description,
+            ", ".join(states) or "not yet",
+            Text(spec.description),
         )
     out.print(table)
-    out.print(
+    _say(
+        out,
         "Also accepted by --model: a local Hugging Face directory or a .gguf file. "
-        "Cache: $EU_AUDIT_CACHE or ~/.cache/eu-audit/models."
+        "Cache: $EU_AUDIT_CACHE or ~/.cache/eu-audit/models (a broken entry is rebuilt on next use).",
     )
+    for problem in broken:
+        _say(err, Text("broken cache: ", style="yellow"), problem)
 
 
 @app.command()
@@ -333,7 +403,7 @@ def schema(
 
         doc = {"$id": "eu-audit/episode@1", **Episode.model_json_schema()}
     elif kind == "audit":
-        from eu_audit.audit import AuditReport
+        from eu_audit.audits.model import AuditReport
 
         doc = {"$id": "eu-audit/audit@1", **AuditReport.model_json_schema()}
     else:
@@ -344,7 +414,7 @@ def schema(
     else:
         with atomic_writer(out_path, private=False) as f:
             f.write(text + "\n")
-        out.print(f"wrote {out_path}")
+        _say(out, f"wrote {out_path}")
 
 
 @app.command()
@@ -386,9 +456,31 @@ def audit(
         Path | None,
         typer.Option(help="Where the post-forget states go (default: <input>.audit-states.jsonl)."),
     ] = None,
+    rows_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--rows", help="Write one row per session x method with every metric, as Parquet (a data set)."
+        ),
+    ] = None,
+    serving: Annotated[
+        bool,
+        typer.Option(
+            "--serving",
+            help="Also measure serving-layer residue on a served engine: serving.residual_cached_tokens "
+            "(the prefix that carried z, still cached) and serving.reset_effective (after the "
+            "server's own reset).",
+        ),
+    ] = False,
+    server: Annotated[
+        str | None, typer.Option(help="For a bundle recorded on --engine openai: the server (overrides).")
+    ] = None,
 ) -> None:
     """Audit forgetting: Leak@probes, Leak@k, behavioral extraction, CAD, utility and the distribution
     under sampling, each next to the B5 floor, with paired statistics; exit 1 when a --gate fails.
+
+    The levers on cost: [bold]--n[/] at record time (sessions), [bold]-m[/] (methods) and [bold]--k[/]
+    (samples per state). A long audit keeps each finished state in <states>.audit-progress.jsonl: run the
+    same command again after an interruption and it resumes.
 
     Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed.
 
@@ -396,14 +488,14 @@ def audit(
 
     [bold]eu-audit audit trace.jsonl --floor --gate 'b7.leak_probes<=floor' --gate 'b7.cad==0'[/]
     """
-    from eu_audit.audit import AuditOptions
+    from eu_audit.audit import AuditOptions, audit_plan
     from eu_audit.audit import audit as run_audit
-    from eu_audit.audits.output import junit_xml, summary_lines, tables
-    from eu_audit.gate import evaluate, parse_rule
-    from eu_audit.jsonl import atomic_writer
+    from eu_audit.gate import check_rules, evaluate
+    from eu_audit.jsonl import check_output_path
 
-    for rule in gate or []:
-        parse_rule(rule)  # a bad rule is bad input before any model runs
+    for path in (json_path, junit_path, rows_path, states_out):
+        if path is not None:
+            check_output_path(path)  # refused now, not after hours of compute
     opts = AuditOptions(
         methods=method,
         floor=floor,
@@ -413,25 +505,51 @@ def audit(
         margin=margin,
         seed=seed,
         unlearned_out=states_out,
+        serving=serving,
+        server=server,
     )
+    # a bad rule, or one naming a method this audit will not measure, is bad input before any model runs
+    check_rules(gate or [], audit_plan(bundle_path, opts))
     with _progress() as report:
         rep = run_audit(bundle_path, opts, progress=report)
     rep.gates = evaluate(rep, gate or [])
+    _print_audit(rep)
+    _write_audit(rep, json_path, junit_path, rows_path)
+    if any(not g.held for g in rep.gates):
+        raise typer.Exit(1)
+
+
+def _print_audit(rep: object) -> None:
+    from eu_audit.audits.model import AuditReport
+    from eu_audit.audits.output import summary_lines, tables
+
+    assert isinstance(rep, AuditReport)
     for t in tables(rep):
         out.print(t)
     for line in summary_lines(rep):
-        out.print(line)
+        _say(out, line)
     for g in rep.gates:
-        mark = "[green]held[/]" if g.held else "[bold red]FAILED[/]"
-        out.print(f"gate {g.rule}: {mark}  ({g.detail})")
+        mark = Text("held", style="green") if g.held else Text("FAILED", style="bold red")
+        _say(out, f"gate {g.rule}: ", mark, f"  ({g.detail})")
+
+
+def _write_audit(
+    rep: object, json_path: Path | None, junit_path: Path | None, rows_path: Path | None
+) -> None:
+    from eu_audit.audit import audit_rows
+    from eu_audit.audits.model import AuditReport
+    from eu_audit.audits.output import junit_xml
+    from eu_audit.jsonl import atomic_writer, write_parquet
+
+    assert isinstance(rep, AuditReport)
     if json_path:  # it quotes probe answers, so it may hold the target: private like a bundle
         with atomic_writer(json_path, private=True) as f:
             f.write(rep.model_dump_json(indent=1))
     if junit_path:
         with atomic_writer(junit_path, private=False) as f:
             f.write(junit_xml(rep))
-    if any(not g.held for g in rep.gates):
-        raise typer.Exit(1)
+    if rows_path:
+        write_parquet(rows_path, audit_rows(rep))
 
 
 @app.command()
@@ -445,6 +563,9 @@ def sweep(
     turns_after: Annotated[int, typer.Option(min=0, help="Transitions after the target (base knob).")] = 6,
     max_tokens: Annotated[int, typer.Option(min=1, help="Cap on tokens per model turn.")] = 32,
     value: Annotated[list[str] | None, typer.Option(help="Run only these values (repeatable).")] = None,
+    engine: Annotated[
+        str, typer.Option(help="KV engine: auto, llamacpp or hf (the boundary sweep's excision runs on hf).")
+    ] = "auto",
 ) -> None:
     """Vary one knob, record, apply the sweep's methods, and write one row per value, session and method.
 
@@ -466,10 +587,11 @@ def sweep(
         turns_after=turns_after,
         max_tokens=max_tokens,
         values=value,
+        engine=engine,
     )
     with _progress() as report:
         rows = run_sweep(opts, progress=report)
-    table = Table(title=f"sweep {name}: {out_path / 'rows.jsonl'}")
+    table = Table(title=Text(f"sweep {name}: {out_path / 'rows.jsonl'}"))
     for col in ("value", "method", "sessions", "any-leak", "recomputed", "decoded", "reused"):
         table.add_column(col, justify="right")
     from statistics import fmean
@@ -479,13 +601,13 @@ def sweep(
             rs = [r for r in rows if r.value == v and r.method == m]
             if rs:
                 table.add_row(
-                    v,
-                    m,
+                    Text(v),
+                    Text(m),
                     str(len(rs)),
                     f"{fmean(r.leak_any for r in rs):.2f}",
                     f"{fmean(r.recomputed for r in rs):.0f}",
                     f"{fmean(r.decoded for r in rs):.0f}",
-                    f"{fmean(r.reused for r in rs):.0f}",
+                    _mean_text([r.reused for r in rs]),
                 )
     out.print(table)
 
@@ -513,7 +635,7 @@ def report(
     if not sweep_dir and not audit_json:
         raise typer.BadParameter("give at least one --sweep or --audit")
     path = write_report(sweep_dir or [], audit_json or [], out_path, title, notes)
-    out.print(f"wrote {path}")
+    _say(out, f"wrote {path}")
 
 
 @suites_app.command("list")
@@ -528,7 +650,7 @@ def suites_list() -> None:
     for name, loader in SUITES.items():
         eps = loader()
         kinds = sorted({ep.steps[ep.tau - 1].kind.value for ep in eps})
-        table.add_row(name, str(len(eps)), ", ".join(kinds))
+        table.add_row(Text(name), str(len(eps)), ", ".join(kinds))
     out.print(table)
 
 
@@ -547,11 +669,11 @@ def suites_show(
             raise typer.BadParameter(f"no episode '{episode}' in {suite}")
         sys.stdout.write(match[0].model_dump_json(indent=2) + "\n")
         return
-    table = Table(title=suite)
+    table = Table(title=Text(suite))
     for col in ("episode", "T", "tau", "target kind", "description"):
         table.add_column(col, overflow="fold")
     for e in eps:
-        table.add_row(e.id, str(len(e.steps)), str(e.tau), e.target.kind, e.description)
+        table.add_row(Text(e.id), str(len(e.steps)), str(e.tau), Text(e.target.kind), Text(e.description))
     out.print(table)
 
 
@@ -589,7 +711,7 @@ def suites_build(
     """
     from pydantic import ValidationError
 
-    from eu_audit.suites.build import build_suite, write_suite
+    from eu_audit.suites.build import Skips, build_suite, write_suite
     from eu_audit.suites.compose import Knobs
 
     try:
@@ -606,28 +728,42 @@ def suites_build(
         raise typer.BadParameter(str(exc.errors()[0]["msg"])) from None
     with _progress() as report:
         report(f"building {suite}", 0, 1)
-        episodes = build_suite(suite, knobs)
+        skips = Skips()
+        episodes = build_suite(suite, knobs, skips)
         report(f"building {suite}", 1, 1)
     path = write_suite(episodes, out_path or Path("suites") / f"{suite}.jsonl", force=force)
-    out.print(f"{len(episodes)} episodes -> {path}")
+    _say(out, f"{len(episodes)} episodes -> {path}")
+    for line in skips.lines():
+        _say(out, line)
+
+
+def _fail(exc: BaseException, message: str, code: int) -> None:
+    _say(err, Text("error: ", style="bold red"), message)
+    if os.environ.get(DEBUG_ENV):
+        err.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
+    sys.exit(code)
 
 
 def main() -> None:
+    """Run the CLI under the one exit-code contract: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.
+    Nothing else leaves this function: an unexpected error is a failed run (3), one line, and its
+    traceback with --debug or EU_AUDIT_DEBUG=1."""
     try:
         rc = app(standalone_mode=False)
     except EuAuditError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
-        sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, typer.Abort):
-        err.print("interrupted")
-        sys.exit(130)
+        _fail(exc, str(exc), exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        _fail(exc, "interrupted; outputs are written atomically, so nothing half-written was left", 3)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 3
+        sys.exit(code if code in (0, 1, 2, 3) else 3)
     except Exception as exc:
         # Usage errors (typer vendors click: match by shape, not by class path).
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(2)
-        raise
-    sys.exit(rc if isinstance(rc, int) else 0)
+        _fail(exc, f"the run failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 3)
+    sys.exit(rc if isinstance(rc, int) and rc in (0, 1, 2, 3) else 0)
 
 
 if __name__ == "__main__":

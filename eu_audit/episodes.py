@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from eu_audit.textmatch import contains_target
+from eu_audit.matching import contains_target
 
 
 class StepKind(StrEnum):
@@ -122,9 +122,10 @@ class Episode(BaseModel):
 
     @property
     def source_id(self) -> str:
-        return next(s.source for s in self.steps if s.source)
+        """The target's source id ("" for a live session, whose source is found only when a forget comes)."""
+        return next((s.source for s in self.steps if s.source), "")
 
     @property
     def tau(self) -> int:
-        """The first transition (1-based) whose observation carries the target."""
-        return next(i for i, s in enumerate(self.steps, 1) if s.source)
+        """The first transition (1-based) whose observation carries the target (0: none is marked)."""
+        return next((i for i, s in enumerate(self.steps, 1) if s.source), 0)

@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from eu_audit.audit import METRICS, AuditReport, GateResult
+from eu_audit.audits.metric import METRICS
+from eu_audit.audits.model import AuditReport, GateResult
 from eu_audit.errors import BadInput
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -43,8 +44,22 @@ def parse_rule(text: str) -> Rule:
         raise BadInput(f"gate '{text}': expected METHOD[.SUITE].METRIC OP VALUE, e.g. b7.leak_probes<=floor")
     method, suite, metric, op, rhs = m.groups()
     if metric not in METRICS:
-        raise BadInput(f"gate '{text}': unknown metric '{metric}' (known: {', '.join(METRICS)})")
+        raise BadInput(f"gate '{text}': unknown metric '{metric}' (known: {', '.join(METRICS.names())})")
     return Rule(text, method.lower(), suite or "all", metric, op, rhs)
+
+
+def check_rules(rules: Sequence[str], methods: Sequence[str] | None = None) -> list[Rule]:
+    """Parse every rule before any model runs; with ``methods`` (what the audit will measure), a rule
+    naming another method is refused too, instead of failing after the run."""
+    parsed = [parse_rule(r) for r in rules]
+    if methods is not None:
+        for r in parsed:
+            if r.method not in methods:
+                raise BadInput(
+                    f"gate '{r.text}': method '{r.method}' is not audited here "
+                    f"(audited: {', '.join(methods)})"
+                )
+    return parsed
 
 
 def evaluate(report: AuditReport, rules: Sequence[str]) -> list[GateResult]:
@@ -56,11 +71,15 @@ def evaluate(report: AuditReport, rules: Sequence[str]) -> list[GateResult]:
             results.append(GateResult(rule=r.text, held=False, detail=f"no audit of {r.method} on {r.suite}"))
             continue
         value = cell.values.get(r.metric)
+        if r.rhs == "floor" and not report.floor:
+            results.append(
+                GateResult(rule=r.text, held=False, detail="not measured: the audit ran without the floor")
+            )
+            continue
         rhs = cell.floor.get(r.metric) if r.rhs == "floor" else float(r.rhs)
         if value is None or rhs is None:
-            results.append(
-                GateResult(rule=r.text, held=False, detail=f"{r.metric} has no value (fails closed)")
-            )
+            why = cell.unmeasured.get(r.metric, "no value")
+            results.append(GateResult(rule=r.text, held=False, detail=f"{r.metric}: {why} (fails closed)"))
             continue
         held = _OPS[r.op](value, rhs) or (r.op in ("<=", ">=", "==") and abs(value - rhs) <= _TOL)
         detail = f"{r.method}.{r.suite}.{r.metric} = {value:.4g} {r.op} {rhs:.4g}" + (

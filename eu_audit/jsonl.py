@@ -75,3 +75,39 @@ def write_jsonl(path: Path, models: Iterable[BaseModel], *, private: bool = True
     with atomic_writer(path, private=private) as f:
         for m in models:
             f.write(dump_line(m))
+
+
+def check_output_path(path: Path) -> None:
+    """Refuse, before any work, an output that could not be written: a folder, a parent that is a file,
+    a parent folder that does not exist and cannot be made, or one we may not write to."""
+    path = Path(path)
+    if path.is_dir():
+        raise BadInput("is a directory; give a file name for the output", path=str(path))
+    parent = path.parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise BadInput(f"cannot write here: {probe} is a file, not a folder", path=str(path))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write here: the folder {probe} is not writable", path=str(path))
+    if path.exists() and not os.access(path, os.W_OK) and not os.access(parent, os.W_OK):
+        raise BadInput("the output exists and cannot be replaced", path=str(path))
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rows as a Parquet data set (``datasets``), written atomically and privately."""
+    from datasets import Dataset
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        Dataset.from_list(rows).to_parquet(tmp)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

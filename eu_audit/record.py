@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import os
+import queue
 import shutil
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eu_audit import __version__
-from eu_audit.bundle.io import Bundle, SessionTrace, write_bundle
-from eu_audit.bundle.records import Decoding, Header, ModelInfo
+from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
-from eu_audit.runtime.engine import ENGINES, HFEngine
+from eu_audit.runtime.engine import AUTO, KVEngine, open_engine
 from eu_audit.runtime.memory import MemoryStore, Outbox
-from eu_audit.runtime.models import DEFAULT_MODEL, LoadedModel, load_model
+from eu_audit.runtime.models import DEFAULT_MODEL, LoadedModel
 from eu_audit.suites import load_suite
+from eu_audit.trace.records import Decoding, Header, ModelInfo
+from eu_audit.trace.session import Bundle, SessionTrace
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
@@ -36,7 +40,9 @@ class RecordOptions:
     temperature: float = 0.0
     max_tokens: int = 48
     dtype: str = "float32"
-    engine: str = "hf"
+    engine: str = AUTO  # llamacpp for models shipped as GGUF, hf otherwise (runtime.engine.resolve_engine)
+    server: str | None = None  # the openai engine's server
+    concurrency: int = 1  # sessions in flight at once (served engines only)
     state_dir: Path | None = None  # memory store + outbox; default: <out>.state/
     kv_sidecar: bool = False
     force: bool = False
@@ -78,9 +84,8 @@ def policy_for(ep: Episode, opts: RecordOptions) -> CheckpointPolicy:
     return CheckpointPolicy(ep.checkpoint_policy or CheckpointPolicy.every_turn.value)
 
 
-def make_header(
-    loaded: LoadedModel, engine_name: str, chat_name: str, opts: RecordOptions, policy: CheckpointPolicy
-) -> Header:
+def make_header(engine: KVEngine, chat_name: str, opts: RecordOptions, policy: CheckpointPolicy) -> Header:
+    loaded = engine.loaded
     return Header(
         tool_version=__version__,
         model=ModelInfo(
@@ -90,7 +95,8 @@ def make_header(
             chat_format=chat_name,
             dtype=loaded.dtype,
         ),
-        engine=engine_name,
+        engine=engine.name,
+        engine_facts=engine.facts(),
         decoding=Decoding(temperature=opts.temperature, max_tokens=opts.max_tokens),
         seed=opts.seed,
         suite=opts.suite,
@@ -99,8 +105,52 @@ def make_header(
     )
 
 
+def _concurrently(
+    episodes: list[Episode],
+    engine: KVEngine,
+    concurrency: int,
+    run_one: Callable[[int, Episode, KVEngine], SessionTrace],
+) -> list[SessionTrace]:
+    """Sessions in parallel threads, each on its own client-side state; the server batches them. On a
+    llama.cpp server each session in flight owns one slot (its --parallel), since the canonical served
+    schedule needs to know what its slot holds."""
+    pinned = getattr(engine, "schedule", "plain") == "canonical"
+    workers = min(concurrency, getattr(engine, "slots", concurrency)) if pinned else concurrency
+    free: queue.Queue[int | None] = queue.Queue()
+    for slot in range(workers):
+        free.put(slot if pinned else None)
+
+    def task(i: int, ep: Episode) -> SessionTrace:
+        slot = free.get()
+        try:
+            return run_one(i, ep, engine.sibling(id_slot=slot))  # type: ignore[call-arg]
+        finally:
+            free.put(slot)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(task, i, ep) for i, ep in enumerate(episodes)]
+        return [f.result() for f in futures]
+
+
+class _Counter:
+    """Progress over transitions, safe to tick from several sessions' threads."""
+
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.total, self.done, self.progress = total, 0, progress
+        self._lock = threading.Lock()
+
+    def tick(self, what: str) -> None:
+        with self._lock:
+            self.done += 1
+            if self.progress:
+                self.progress(what, self.done, self.total)
+
+
 def record(
-    opts: RecordOptions, progress: Progress | None = None, loaded: LoadedModel | None = None
+    opts: RecordOptions,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
+    engine: KVEngine | None = None,
 ) -> RecordResult:
     out = Path(opts.out)
     if out.exists() and not opts.force:
@@ -112,39 +162,54 @@ def record(
         if ref.strip()
         for ep in pick_episodes(load_suite(ref.strip()), opts.n)
     ]
-    loaded = loaded or load_model(opts.model, dtype=opts.dtype)
-    engine = ENGINES.get(opts.engine)(loaded)
-    assert isinstance(engine, HFEngine)
-    chat = detect_chat_format(loaded.tokenizer)
+    if opts.concurrency < 1:
+        raise BadInput("--concurrency must be at least 1")
+    engine = engine or open_engine(
+        opts.engine,
+        opts.model,
+        dtype=opts.dtype,
+        loaded=loaded,
+        **({"server": opts.server} if opts.server else {}),
+    )
+    if opts.kv_sidecar and not hasattr(engine, "kv_tensors"):
+        raise BadInput(f"--kv-sidecar needs KV tensors; engine '{engine.name}' holds none (use --engine hf)")
+    if opts.concurrency > 1 and not getattr(engine, "concurrent", False):
+        raise BadInput(
+            f"--concurrency needs a served engine (--engine openai); '{engine.name}' runs one session"
+        )
+    chat = detect_chat_format(engine.tokenizer)
     state_dir = opts.state_dir or out.with_name(out.name + ".state")
     memory, outbox = _open_state(state_dir, opts.force)
-    sessions: list[SessionTrace] = []
     kv: dict[str, object] = {}
     total = sum(len(ep.steps) for ep in episodes)
-    done = 0
+    counter = _Counter(total, progress)
+
+    def run_one(i: int, ep: Episode, eng: KVEngine) -> SessionTrace:
+        sid = f"s{i}"
+        settings = AgentSettings(
+            max_tokens=opts.max_tokens,
+            temperature=opts.temperature,
+            seed=derive_seed(opts.seed, i),
+            checkpoint_policy=policy_for(ep, opts),
+        )
+        agent = Agent(eng, chat, ep, sid, settings, memory, outbox)
+        agent.start()
+        for step in ep.steps:
+            agent.step(step)
+            counter.tick(f"{sid} {ep.id}")
+        if opts.kv_sidecar:
+            kv.update({f"{sid}.{k}": v for k, v in eng.kv_tensors().items()})  # type: ignore[attr-defined]
+        return agent.trace()
+
     try:
-        for i, ep in enumerate(episodes):
-            sid = f"s{i}"
-            settings = AgentSettings(
-                max_tokens=opts.max_tokens,
-                temperature=opts.temperature,
-                seed=derive_seed(opts.seed, i),
-                checkpoint_policy=policy_for(ep, opts),
-            )
-            agent = Agent(engine, chat, ep, sid, settings, memory, outbox)
-            agent.start()
-            for step in ep.steps:
-                agent.step(step)
-                done += 1
-                if progress:
-                    progress(f"{sid} {ep.id}", done, total)
-            sessions.append(agent.trace())
-            if opts.kv_sidecar:
-                kv.update({f"{sid}.{k}": v for k, v in engine.kv_tensors().items()})
+        if opts.concurrency > 1:
+            sessions = _concurrently(episodes, engine, opts.concurrency, run_one)
+        else:
+            sessions = [run_one(i, ep, engine) for i, ep in enumerate(episodes)]
     finally:
         memory.close()
         outbox.close()
-    header = make_header(loaded, engine.name, chat.name, opts, policy_for(episodes[0], opts))
+    header = make_header(engine, chat.name, opts, policy_for(episodes[0], opts))
     bundle = Bundle(header=header, sessions=sessions, path=out)
     write_bundle(out, bundle.records())
     sidecar = None

@@ -1,12 +1,18 @@
-"""Decorator registries, so users add models, suites, tools or engines without editing ours.
+"""Decorator registries, so users add models, suites, tools, engines or methods without editing ours.
 
-A registry maps a name to an object. Third-party packages can also register through the entry-point
-group ``eu_audit.<kind>`` (each entry point is imported once; importing it registers its objects).
+A registry maps a name to an object. It fills itself on first use, in this order:
+
+1. its *built-in modules*, named as strings where the registry is declared (importing one registers its
+   objects), so a registry never imports the modules that register into it and no import cycle forms;
+2. the entry-point group ``eu_audit.<kind>`` of installed packages (each entry point is loaded once).
+
+The kind is a Python identifier because it names that entry-point group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import importlib
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
@@ -16,10 +22,13 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, builtins: Sequence[str] = ()) -> None:
+        if not kind.isidentifier():
+            raise ValueError(f"registry kind {kind!r} must be an identifier (it names eu_audit.{kind})")
         self.kind = kind
+        self.builtins = tuple(builtins)
         self._items: dict[str, T] = {}
-        self._plugins_loaded = False
+        self._loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@SUITES.register("mine")``."""
@@ -36,29 +45,43 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} '{name}' is already registered")
         self._items[key] = obj
 
-    def _load_plugins(self) -> None:
-        if self._plugins_loaded:
+    def load(self) -> None:
+        """Import the built-in modules, then the installed plugins (once)."""
+        if self._loaded:
             return
-        self._plugins_loaded = True
+        self._loaded = True  # before importing: a module that registers must not re-enter
+        for module in self.builtins:
+            importlib.import_module(module)
         for ep in entry_points(group=f"eu_audit.{self.kind}"):
             ep.load()
 
     def get(self, name: str) -> T:
-        self._load_plugins()
+        self.load()
         try:
             return self._items[name.lower()]
         except KeyError:
             known = ", ".join(sorted(self._items)) or "none"
-            raise BadInput(f"unknown {self.kind} '{name}' (known: {known})") from None
+            raise BadInput(f"unknown {self.label} '{name}' (known: {known})") from None
+
+    @property
+    def label(self) -> str:
+        """The kind in words, for messages: 'suite_builders' -> 'suite builder'."""
+        words = self.kind.replace("_", " ")
+        return words[:-1] if words.endswith("s") else words
 
     def __contains__(self, name: object) -> bool:
-        self._load_plugins()
+        self.load()
         return isinstance(name, str) and name.lower() in self._items
 
     def names(self) -> list[str]:
-        self._load_plugins()
+        self.load()
         return sorted(self._items)
 
     def items(self) -> Iterator[tuple[str, T]]:
-        self._load_plugins()
+        self.load()
         return iter(sorted(self._items.items()))
+
+    def in_order(self) -> list[T]:
+        """The objects in registration order (``items`` and ``names`` sort by name)."""
+        self.load()
+        return list(self._items.values())

@@ -4,17 +4,18 @@ Sanitize: the agent runs in the counterfactual world, so the observation at tau 
 every other observation is the recorded one (A2). ReplayTools: read-only tools re-run on the restored
 environment snapshot; consequential tools are shadow-executed and deduplicated by call id, so a real
 side effect never fires twice (A3). Content fixed in the counterfactual world, the recorded turns of
-structurally independent sub-tasks, is re-prefilled instead of re-decoded.
+structurally independent sub-tasks, is re-prefilled instead of re-decoded (the agent is handed them at
+construction: ``ReplayInputs.fixed_turns``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eu_audit.bundle.io import SessionTrace
 from eu_audit.checkpoints import Checkpoint
 from eu_audit.runtime.agent import Agent
 from eu_audit.runtime.blocks import MODEL_DERIVED
+from eu_audit.trace.session import SessionTrace
 
 
 @dataclass
@@ -48,14 +49,11 @@ def replay_suffix(
     checkpoint: Checkpoint,
     boundary: int,
     *,
-    reuse_fixed: bool,
     held: list[str],
 ) -> ReplayStats:
     """Resume ``agent`` at R_boundary (restored from ``checkpoint``) and re-enact transitions
     boundary+1..T of the episode in the agent's world."""
     rebuilt = agent.resume(trace, checkpoint, boundary=boundary, held=held)
-    if reuse_fixed:
-        agent.fixed_turns = recorded_fixed_turns(trace)
     steps = agent.episode.steps[boundary:]
     for step in steps:
         agent.step(step)

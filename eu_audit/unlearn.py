@@ -4,34 +4,39 @@ and forget receipts to a new bundle that links to the input's digest. The input 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eu_audit.bundle.io import Bundle, SessionTrace, read_bundle, write_bundle
-from eu_audit.bundle.records import ForgetRequest, LedgerRecord, Occurrence, ReceiptRecord
+from eu_audit.bundle.io import read_bundle, write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import BadInput
-from eu_audit.methods import METHODS, ORDER, ForgetContext
-from eu_audit.methods.base import target_pattern
+from eu_audit.matching import TargetMatcher
+from eu_audit.methods import METHODS, ORDER, ForgetContext, apply_method
 from eu_audit.runtime.agent import AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
-from eu_audit.runtime.engine import HFEngine
+from eu_audit.runtime.engine import KVEngine, open_engine
 from eu_audit.runtime.memory import Outbox
-from eu_audit.runtime.models import LoadedModel, load_model
+from eu_audit.runtime.models import LoadedModel
+from eu_audit.trace.records import ForgetRequest, Header, LedgerRecord, Occurrence, ReceiptRecord
+from eu_audit.trace.session import Bundle, SessionTrace
 
 Progress = Callable[[str, int, int], None]
 
 
-def parse_methods(spec: Sequence[str]) -> list[str]:
-    """``["b7"]``, ``["b0,b5,b7"]`` or ``["all"]`` -> method names, validated against the registry."""
+def parse_methods(spec: Sequence[str], engine: str | None = None) -> list[str]:
+    """``["b7"]``, ``["b0,b5,b7"]`` or ``["all"]`` -> method names, validated against the registry.
+    With ``engine``, ``all`` means every method that engine can run (span-only excision needs hf); a
+    method named explicitly is kept, and ``check_engine`` refuses it if it cannot run."""
     names: list[str] = []
     for item in spec:
         for name in (p.strip().lower() for p in item.split(",")):
             if not name:
                 continue
             if name == "all":
-                names += [m for m in ORDER if m not in names]
+                names += [m for m in ORDER if m not in names and runs_on(m, engine)]
                 continue
             METHODS.get(name)  # BadInput naming the known methods
             if name not in names:
@@ -41,22 +46,67 @@ def parse_methods(spec: Sequence[str]) -> list[str]:
     return names
 
 
+def runs_on(method: str, engine: str | None) -> bool:
+    allowed = METHODS.get(method).engines
+    return engine is None or allowed is None or engine in allowed
+
+
+def check_engine(names: Sequence[str], engine: str) -> None:
+    """Refuse, before any compute, a method the engine cannot run (excision needs KV tensors)."""
+    for name in names:
+        spec = METHODS.get(name)
+        if spec.engines is not None and engine not in spec.engines:
+            raise BadInput(
+                f"method '{name}' needs the {' or '.join(sorted(spec.engines))} engine (it edits KV "
+                f"tensors); this bundle runs on '{engine}'. Record with --engine hf to run it"
+            )
+
+
+def engine_for(
+    header: Header,
+    *,
+    model: str | None = None,
+    loaded: LoadedModel | None = None,
+    path: Path | None = None,
+    server: str | None = None,
+) -> KVEngine:
+    """The engine a bundle was recorded on, with its model, checked against the header's digests. A
+    served bundle goes back to its server (``server`` overrides the URL the header records)."""
+    options: dict[str, object] = {}
+    if header.engine == "openai":
+        recorded = (header.engine_facts.get("server") or {}).get("base_url")
+        options["server"] = server or os.environ.get("EU_AUDIT_SERVER") or recorded
+    engine = open_engine(
+        header.engine, model or header.model.name, dtype=header.model.dtype, loaded=loaded, **options
+    )
+    where = str(path) if path else None
+    if engine.loaded.weight_digest != header.model.weight_digest:
+        raise BadInput(
+            f"the bundle was recorded with weights {header.model.weight_digest[:12]}… but model "
+            f"'{engine.loaded.name}' has {engine.loaded.weight_digest[:12]}…; replay needs the same weights",
+            path=where,
+            line=1,
+            field="model.weight_digest",
+        )
+    return engine
+
+
 def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> ReceiptRecord:
-    """Where the target's variants are left: context blocks, memory, tool calls."""
-    pat = target_pattern([request.target, *request.variants])
+    """Where the target's variants are left: context blocks, memory, tool calls (the same matcher the
+    audits use, so a receipt never calls clean what an audit counts as a leak)."""
+    m = TargetMatcher.of(request.target, request.variants)
     occ: list[Occurrence] = []
     resident = set(trace.session.final_manifest)
     for b in trace.blocks:
-        if b.id in resident and pat.search(b.text):
+        if b.id in resident and m.found_in(b.text):
             occ.append(Occurrence(where="context", id=b.id, kind=b.type.value, turn=b.turn))
-    for m in trace.session.memory_final:
-        if pat.search(m.text):
-            occ.append(Occurrence(where="memory", id=m.id, kind="memory"))
+    for mem in trace.session.memory_final:
+        if m.found_in(mem.text):
+            occ.append(Occurrence(where="memory", id=mem.id, kind="memory"))
     blocked = 0
     policy = trace.session.sink_policy
     for c in trace.tool_calls:
-        text = c.raw + " " + str(c.arguments or "")
-        if not pat.search(text):
+        if not m.found_in(c.raw + " " + json.dumps(c.arguments or {})):
             continue
         if c.committed:
             occ.append(Occurrence(where="committed_tool_call", id=c.call_id, kind=c.name, turn=c.turn))
@@ -82,6 +132,18 @@ def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> Receipt
     )
 
 
+def outbox_side_effects(box: Outbox, trace: SessionTrace, request: ForgetRequest) -> list[Occurrence]:
+    """Calls the real outbox holds for the session that carried the target: side effects that happened
+    (A3), whether or not the bundle marks them, listed on every receipt."""
+    m = TargetMatcher.of(request.target, request.variants)
+    known = {c.call_id for c in trace.tool_calls if c.committed}
+    out = []
+    for call_id, _sid, tool, arguments in box.rows(trace.session_id):
+        if call_id not in known and m.found_in(arguments):
+            out.append(Occurrence(where="committed_tool_call", id=call_id, kind=tool))
+    return out
+
+
 @dataclass
 class UnlearnResult:
     bundle: Bundle
@@ -96,6 +158,22 @@ def default_output(path: Path, methods: list[str]) -> Path:
     return path.with_name(f"{path.stem}.{tag}{path.suffix or '.jsonl'}")
 
 
+def default_outbox(bundle_path: Path) -> Path:
+    return bundle_path.with_name(bundle_path.name + ".state") / "outbox.sqlite"
+
+
+def open_outbox(bundle_path: Path, outbox: str | Path | None) -> Outbox:
+    """The real outbox replay consults for dedup: the one given (it must exist), else the recording's
+    own (``<input>.state/outbox.sqlite``) when present, else an empty one in memory."""
+    if outbox is not None:
+        path = Path(outbox)
+        if not path.is_file():
+            raise BadInput("no such outbox (an outbox.sqlite written by eu-audit record)", path=str(path))
+        return Outbox(path)
+    found = default_outbox(bundle_path)
+    return Outbox(found if found.is_file() else Path(":memory:"))
+
+
 def unlearn(
     bundle_path: str | Path,
     methods: Sequence[str],
@@ -105,13 +183,15 @@ def unlearn(
     source: str | None = None,
     model: str | None = None,
     outbox: str | Path | None = None,
+    server: str | None = None,
     force: bool = False,
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
+    engine: KVEngine | None = None,
 ) -> UnlearnResult:
     bundle_path = Path(bundle_path)
-    names = parse_methods(methods)
     bundle = read_bundle(bundle_path)
+    names = parse_methods(methods, engine.name if engine is not None else bundle.header.engine)
     if any(s.session.method for s in bundle.sessions):
         raise BadInput(
             "this bundle already holds post-forget states; unlearn reads recorded sessions",
@@ -123,19 +203,11 @@ def unlearn(
     if out_path.exists() and not force:
         raise BadInput(f"{out_path} exists; pass --force to replace it")
     h = bundle.header
-    loaded = loaded or load_model(model or h.model.name, dtype=h.model.dtype)
-    if loaded.weight_digest != h.model.weight_digest:
-        raise BadInput(
-            f"the bundle was recorded with weights {h.model.weight_digest[:12]}… but model "
-            f"'{loaded.name}' has {loaded.weight_digest[:12]}…; replay needs the same weights",
-            path=str(bundle_path),
-            line=1,
-            field="model.weight_digest",
-        )
-    engine = HFEngine(loaded)  # refuses models whose cache cannot be cropped exactly
-    chat = detect_chat_format(loaded.tokenizer)
-    default_outbox = bundle_path.with_name(bundle_path.name + ".state") / "outbox.sqlite"
-    box = Outbox(Path(outbox) if outbox else default_outbox if default_outbox.exists() else Path(":memory:"))
+    check_engine(names, engine.name if engine is not None else h.engine)
+    requests = [_request(trace, target, source) for trace in bundle.sessions]
+    box = open_outbox(bundle_path, outbox)
+    engine = engine or engine_for(h, model=model, loaded=loaded, path=bundle_path, server=server)
+    chat = detect_chat_format(engine.tokenizer)
     settings = AgentSettings(
         max_tokens=h.decoding.max_tokens,
         temperature=h.decoding.temperature,
@@ -145,25 +217,24 @@ def unlearn(
     rows: list[tuple[str, str, LedgerRecord, ReceiptRecord]] = []
     total, done = len(bundle.sessions) * len(names), 0
     try:
-        for trace in bundle.sessions:
-            request = _request(trace, target, source)
+        for trace, request in zip(bundle.sessions, requests, strict=True):
             policy = trace.session.episode.checkpoint_policy or h.checkpoint_policy
             session_settings = dataclasses.replace(settings, checkpoint_policy=CheckpointPolicy(policy))
-            ctx = ForgetContext(loaded, chat, engine, trace, request, session_settings, box)
+            ctx = ForgetContext(chat, engine, trace, request, session_settings, box)
+            side_effects = outbox_side_effects(box, trace, request)
             for name in names:
                 if progress:
                     progress(f"{trace.session_id} {name}", done, total)
                 # Every method branches from the same contaminated state; base_state builds it from the
                 # recorded ids (keeping any prefix the engine already holds, e.g. the system prompt).
                 ctx.base_state()
-                result = METHODS.get(name)(ctx)
+                result, ledger = apply_method(ctx, name)
                 rec = receipt(result.trace, name, request)
-                result.trace.ledgers.append(
-                    result.ledger.model_copy(update={"session_id": result.trace.session_id})
-                )
+                rec.occurrences += side_effects
+                result.trace.ledgers.append(ledger)
                 result.trace.receipts.append(rec)
                 sessions.append(result.trace)
-                rows.append((trace.session_id, name, result.ledger, rec))
+                rows.append((trace.session_id, name, ledger, rec))
                 done += 1
                 if progress:
                     progress(f"{trace.session_id} {name}", done, total)

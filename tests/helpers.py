@@ -15,6 +15,7 @@ from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import LoadedModel
+from eu_audit.trace.records import SinkPolicy
 
 
 def make_agent(
@@ -23,13 +24,21 @@ def make_agent(
     state: tuple[MemoryStore, Outbox],
     engine: HFEngine | None = None,
     sid: str = "s0",
+    sink_policy: SinkPolicy | None = None,
     **settings: object,
 ) -> Agent:
     engine = engine or HFEngine(loaded)
     mem, box = state
     return Agent(
-        engine, detect_chat_format(loaded.tokenizer), episode, sid, AgentSettings(**settings), mem, box
-    )  # type: ignore[arg-type]
+        engine,
+        detect_chat_format(loaded.tokenizer),
+        episode,
+        sid,
+        AgentSettings(**settings),  # type: ignore[arg-type]
+        mem,
+        box,
+        sink_policy=sink_policy,
+    )
 
 
 def kv_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:

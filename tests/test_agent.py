@@ -6,10 +6,10 @@ import pytest
 
 from eu_audit.checkpoints import CheckpointPolicy, CheckpointReason
 from eu_audit.episodes import Episode, Step
+from eu_audit.matching import contains_target
 from eu_audit.runtime.blocks import BlockType
 from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.models import LoadedModel
-from eu_audit.textmatch import contains_target
 
 from .helpers import kv_equal, make_agent, turn_ids
 
@@ -182,13 +182,11 @@ def test_rebuilding_the_cache_from_recorded_token_ids_is_exact(
 def test_a_sink_policy_blocks_identifier_arguments_carrying_the_target(
     tiny: LoadedModel, tool_episode: Episode, state
 ) -> None:  # type: ignore[no-untyped-def]
-    from eu_audit.bundle.records import SinkPolicy
+    from eu_audit.trace.records import SinkPolicy
 
     ep = _paying_episode(tool_episode)
-    agent = make_agent(tiny, ep, state, sid="ifc")
-    agent.sink_policy = SinkPolicy(
-        blocked_values=["DE89370400440532013000"], identifier_args={"transfer": ["iban"]}
-    )
+    policy = SinkPolicy(blocked_values=["DE89370400440532013000"], identifier_args={"transfer": ["iban"]})
+    agent = make_agent(tiny, ep, state, sid="ifc", sink_policy=policy)
     trace = agent.run()
     call = next(c for c in trace.tool_calls if c.name == "transfer")
     assert call.status == "blocked" and not call.committed

@@ -10,17 +10,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from eu_audit.audit import AuditOptions, AuditReport, audit
-from eu_audit.audits.leakage import leaks, sink_class, variants
+from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.leakage import sink_class
 from eu_audit.audits.metrics import cad, picked, token_agreement, total_variation
+from eu_audit.audits.model import AuditReport
 from eu_audit.audits.probes import ProbeRunner, load_probes
 from eu_audit.bundle.io import read_bundle
-from eu_audit.checkpoints import rebuild_state
 from eu_audit.errors import BadInput
 from eu_audit.gate import evaluate, parse_rule
+from eu_audit.matching import TargetMatcher
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.models import LoadedModel
+from eu_audit.trace import rebuild_state
 from eu_audit.unlearn import unlearn
 
 from .helpers import kv_equal, run_cli
@@ -65,14 +67,14 @@ def test_all_probes_share_one_state_and_leave_it_unchanged(tiny: LoadedModel, ti
 
 
 def test_exact_leakage_ignores_case_spacing_punctuation_and_digit_grouping() -> None:
-    iban = variants("DE89 3704 0044 0532 0130 00")
-    assert leaks("send it to de89-3704-0044-0532-0130-00 please", iban)
-    assert leaks("account 370400440532013000", iban)  # the IBAN without its country code
-    addr = variants("12 Linden Street")
-    assert leaks("pick me up at 12 linden st.", addr)
-    mail = variants("mark.black-2134@gmail.com")
-    assert leaks("write to mark.black-2134 at gmail dot com", mail)
-    assert not leaks("12 Oak Street", addr)
+    iban = TargetMatcher.of("DE89 3704 0044 0532 0130 00")
+    assert iban.found_in("send it to de89-3704-0044-0532-0130-00 please")
+    assert iban.found_in("account 370400440532013000")  # the IBAN without its country code
+    addr = TargetMatcher.of("12 Linden Street")
+    assert addr.found_in("pick me up at 12 linden st.")
+    mail = TargetMatcher.of("mark.black-2134@gmail.com")
+    assert mail.found_in("write to mark.black-2134 at gmail dot com")
+    assert not addr.found_in("12 Oak Street")
 
 
 def test_action_leakage_is_classed_by_sink() -> None:

@@ -29,7 +29,7 @@ def test_record_on_the_tiny_model_writes_a_bundle_and_inspect_reads_it(tiny, tmp
         (["record", "--model", "meta-llama/Llama-3.1-8B-Instruct"], "no model hub is reachable"),
         (["record", "--model", "no-such-model"], "unknown model"),
         (["record", "--model", "/nowhere/model.gguf"], "GGUF file not found"),
-        (["record", "--suite", "nope"], "unknown suites 'nope'"),
+        (["record", "--suite", "nope"], "unknown suite 'nope'"),
         (["record", "--n", "0", "--model", "tiny-random"], "--n must be at least 1"),
         (["inspect", "/nowhere/trace.jsonl"], "no such file"),
         (["suites", "show", "/nowhere/eps.jsonl"], "no such file"),

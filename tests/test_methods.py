@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eu_audit.bundle.io import Bundle, SessionTrace, read_bundle
-from eu_audit.checkpoints import CheckpointPolicy, rebuild_state
+from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.methods import ORDER
@@ -20,6 +20,7 @@ from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.suites import load_episodes
+from eu_audit.trace import rebuild_state
 from eu_audit.unlearn import parse_methods, unlearn
 
 from .helpers import kv_equal
@@ -218,7 +219,7 @@ def test_every_method_runs_and_the_input_is_never_modified(
 def test_method_lists_are_parsed_and_unknown_methods_refused() -> None:
     assert parse_methods(["b0,b7", "b7", "B5P"]) == ["b0", "b7", "b5p"]
     assert parse_methods(["all"]) == ORDER
-    with pytest.raises(BadInput, match="unknown methods 'b42'"):
+    with pytest.raises(BadInput, match="unknown method 'b42'"):
         parse_methods(["b42"])
 
 
@@ -232,7 +233,7 @@ def tiny_bundle(tiny: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--method", "b42"], "unknown methods 'b42'"),
+        (["--method", "b42"], "unknown method 'b42'"),
         (["--target", "Atlantis Avenue 9"], "does not occur in any observation"),
         (["--source", "src-nothing"], "does not exist"),
         (["--model", "smollm2-135m"], "model.weight_digest"),

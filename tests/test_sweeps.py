@@ -78,7 +78,8 @@ def test_a_sweep_folder_is_never_mixed_with_another(tiny: LoadedModel, tmp_path:
 
 def test_cost_sweeps_run_without_a_compaction_so_only_their_knob_moves_the_cost() -> None:
     from eu_audit.suites.compose import Knobs
-    from eu_audit.sweeps import NO_COMPACTION_DEPTH, SWEEPS
+    from eu_audit.sweeps import SWEEPS
+    from eu_audit.sweeps.specs import NO_COMPACTION_DEPTH
 
     base = Knobs(turns_after=4)
     for name in ("tau", "granularity", "position"):

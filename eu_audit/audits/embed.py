@@ -40,10 +40,11 @@ def embed(texts: Sequence[str]) -> torch.Tensor:
     return torch.nn.functional.normalize(pooled, dim=-1)
 
 
-def embedding_distance(a: Sequence[str], b: Sequence[str]) -> float:
-    """1 - cosine similarity of the two sample sets' mean embeddings (0 = same direction)."""
+def embedding_distance(a: Sequence[str], b: Sequence[str]) -> float | None:
+    """1 - cosine similarity of the two sample sets' mean embeddings (0 = same direction; None when a
+    set is empty: not measured)."""
     if not a or not b:
-        return 0.0
+        return None
     ea, eb = embed(a).mean(0), embed(b).mean(0)
     # clamped: rounding can give -0.0 for identical sets
     return max(0.0, float(1.0 - torch.nn.functional.cosine_similarity(ea, eb, dim=0)))

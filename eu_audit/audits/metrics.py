@@ -6,15 +6,24 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 from itertools import pairwise
 from typing import Any
 
-from eu_audit.bundle.io import SessionTrace
+from eu_audit.episodes import Episode
+from eu_audit.matching import normalise
+from eu_audit.registry import Registry
 from eu_audit.runtime.blocks import BlockType
 from eu_audit.runtime.tools import parse_tool_calls
-from eu_audit.textmatch import normalise
+from eu_audit.trace.session import SessionTrace
+
+#: A data set's own utility check: (episode, the agent's text, the calls it executed) -> passed, or None
+#: when the check does not apply. Keyed by the data set (the first word of ``episode.meta["source"]``).
+UtilityCheck = Callable[[Episode, str, list[tuple[str, dict[str, Any]]]], bool | None]
+UTILITY_CHECKS: Registry[UtilityCheck] = Registry(
+    "utility_checks", builtins=("eu_audit.datasets.agentdojo.utility",)
+)
 
 
 def _calls_by_turn(trace: SessionTrace, tau: int) -> dict[int, list[tuple[str, dict[str, Any] | None]]]:
@@ -54,15 +63,14 @@ def utility(trace: SessionTrace) -> float | None:
     turn in this state contains an expected answer; for AgentDojo episodes, AgentDojo's own check of the
     user task on the agent's text and executed calls. None when neither applies."""
     ep = trace.session.episode
-    if ep.meta.get("source", "").startswith("agentdojo"):
-        from eu_audit.suites.agentdojo import task_utility
-
+    dataset = str(ep.meta.get("source", "")).split(" ")[0]
+    if dataset and dataset in UTILITY_CHECKS:
         resident = set(trace.session.final_manifest)
         text = "\n".join(b.text for b in trace.blocks if b.type is BlockType.assistant and b.id in resident)
         calls = [
             (c.name, c.arguments or {}) for c in trace.tool_calls if c.status in ("executed", "shadowed")
         ]
-        passed = task_utility(ep, text, calls)
+        passed = UTILITY_CHECKS.get(dataset)(ep, text, calls)
         return None if passed is None else float(passed)
     steps = ep.steps
     asked = [(t, s.expect) for t, s in enumerate(steps, 1) if s.expect]
@@ -99,14 +107,18 @@ def tool_distribution(texts: Sequence[str]) -> dict[str, float]:
     return {k: v / len(texts) for k, v in counts.items()} if texts else {}
 
 
-def total_variation(p: dict[str, float], q: dict[str, float]) -> float:
+def total_variation(p: dict[str, float], q: dict[str, float]) -> float | None:
+    """Total variation distance of two distributions (None when either is empty: not measured)."""
+    if not p or not q:
+        return None
     return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in set(p) | set(q))
 
 
-def tool_consistency(texts: Sequence[str], reference: Sequence[str]) -> float:
-    """Fraction of samples whose tool choice equals the reference's most common one."""
+def tool_consistency(texts: Sequence[str], reference: Sequence[str]) -> float | None:
+    """Fraction of samples whose tool choice equals the reference's most common one (None: nothing to
+    compare, not measured)."""
     if not texts or not reference:
-        return 1.0
+        return None
     modal = Counter(tool_of(t) for t in reference).most_common(1)[0][0]
     return sum(tool_of(t) == modal for t in texts) / len(texts)
 
@@ -120,20 +132,20 @@ def normalise_words(text: str) -> list[str]:
     return [w for w in (normalise(x) for x in text.split()) if w]
 
 
-def ngram_distance(a: Sequence[str], b: Sequence[str]) -> float:
-    """Mean over matched pairs of 1 - Jaccard(word bigrams)."""
+def ngram_distance(a: Sequence[str], b: Sequence[str]) -> float | None:
+    """Mean over matched pairs of 1 - Jaccard(word bigrams) (None: no pair, not measured)."""
     ds = []
     for x, y in zip(a, b, strict=False):
         bx, by = _bigrams(x), _bigrams(y)
         ds.append(0.0 if not (bx | by) else 1.0 - len(bx & by) / len(bx | by))
-    return sum(ds) / len(ds) if ds else 0.0
+    return sum(ds) / len(ds) if ds else None
 
 
-def token_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> float:
+def token_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> float | None:
     """Matched-seed agreement: the fraction of positions where the two samples hold the same token
-    (over the longer of each pair), averaged over pairs. 1.0 = token-identical."""
+    (over the longer of each pair), averaged over pairs. 1.0 = token-identical; None: no pair."""
     vals = []
     for x, y in zip(a, b, strict=False):
         n = max(len(x), len(y))
         vals.append(1.0 if n == 0 else sum(i == j for i, j in zip(x, y, strict=False)) / n)
-    return sum(vals) / len(vals) if vals else 1.0
+    return sum(vals) / len(vals) if vals else None

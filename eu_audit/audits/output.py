@@ -1,85 +1,88 @@
-"""How an audit is shown: Rich tables shaped like the paper's Tables 1-3, a summary in words, JUnit XML."""
+"""How an audit is shown: Rich tables shaped like the paper's Tables 1-3, a summary in words, JUnit XML.
+
+The tables keep their width whatever the number of suites: methods (and the floor) are rows, a table's
+metrics are columns, and each suite is a section of rows. The Markdown report has the same tables.
+"""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
 
 from rich.table import Table
+from rich.text import Text
 
-from eu_audit.audit import FLOOR, METRICS, AuditReport, Cell
+from eu_audit.audits.metric import TABLE_TITLES, Metric, junit_metrics, table_metrics
+from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell
 from eu_audit.stats import stars
 
-#: (title, [(metric, column label)]) — Table 1 leakage, Table 2 actions/utility/cost, Table 3 behavior
-TABLES: list[tuple[str, list[tuple[str, str]]]] = [
-    (
-        "Table 1 - leakage (rate of states that leak)",
-        [("leak_probes", "Leak@probes"), ("leak5", "Leak@k"), ("leak_any", "any")],
-    ),
-    (
-        "Table 2 - actions, utility, cost",
-        [("cad", "CAD"), ("utility", "utility"), ("recomputed", "recomputed")],
-    ),
-    (
-        "Table 3 - behavior and distribution under sampling",
-        [("avoid", "avoid"), ("says_it", "says it"), ("agreement", "agree"), ("embed", "emb dist")],
-    ),
-]
-#: which audits each suite answers (a column group only where it applies)
-JUNIT_AUDITS = ["leak_probes", "leak5", "leak_any", "cad", "utility", "avoid", "agreement"]
+CAPTION = "* p<0.05, ** p<0.01 vs the B5 floor (McNemar exact / Wilcoxon, paired)"
 
 
-def _fmt(value: float | None, p: float | None = None) -> str:
-    if value is None:
+def fmt(metric: Metric, cell: Cell | None, *, with_stars: bool = True) -> str:
+    if cell is None:
         return "-"
-    text = f"{value:.0f}" if value >= 100 else f"{value:.2f}"
-    return text + stars(p)
+    value = cell.values.get(metric.name)
+    if value is None and metric.name in cell.unmeasured:
+        return "n/m"  # not measurable (the reason is in the JSON and the summary)
+    return metric.format(value) + (stars(cell.p.get(metric.name)) if with_stars else "")
 
 
-def _cell(report: AuditReport, method: str, suite: str) -> Cell | None:
-    return next((c for c in report.cells if c.method == method and c.suite == suite), None)
+def row_order(report: AuditReport) -> list[str]:
+    """Methods in the paper's order, the floor last (the serving layer is not a method: not a row)."""
+    methods = [m for m in report.methods if m != SERVING]
+    return [m for m in methods if m != FLOOR] + [m for m in methods if m == FLOOR]
+
+
+def shown_suites(report: AuditReport) -> list[str]:
+    return [*report.suites, "all"] if len(report.suites) > 1 else list(report.suites)
 
 
 def tables(report: AuditReport) -> list[Table]:
     out = []
-    suites = [*report.suites, "all"] if len(report.suites) > 1 else report.suites
-    for title, cols in TABLES:
-        shown = [(m, lab) for m, lab in cols if any(c.values.get(m) is not None for c in report.cells)]
-        if not shown:
+    for number, title in TABLE_TITLES.items():
+        metrics = [
+            m for m in table_metrics(number) if any(c.values.get(m.name) is not None for c in report.cells)
+        ]
+        if not metrics:
             continue
-        t = Table(
-            title=title, caption="* p<0.05, ** p<0.01 vs the B5 floor (McNemar exact / Wilcoxon, paired)"
-        )
+        t = Table(title=title, caption=CAPTION if report.floor else "no floor: nothing is compared")
+        t.add_column("suite", style="bold")
         t.add_column("method", style="bold")
-        for suite in suites:
-            for _, lab in shown:
-                t.add_column(f"{suite}\n{lab}", justify="right")
-        for method in [m for m in report.methods if m != FLOOR] + [m for m in report.methods if m == FLOOR]:
-            row = [f"{method} (floor)" if method == FLOOR else method]
-            for suite in suites:
-                c = _cell(report, method, suite)
-                row += [_fmt(c.values.get(m), c.p.get(m)) if c else "-" for m, _ in shown]
-            t.add_row(*row, style="dim" if method == FLOOR else None)
-        self_floor = [(m, lab) for m, lab in shown if m in ("agreement", "embed")]
-        if report.floor_self and self_floor:
-            row = ["B5 vs B5 (other seeds)"]
-            for suite in suites:
-                fs = report.floor_self.get(suite, {})
-                row += [_fmt(fs.get(m)) if (m, lab) in self_floor else "" for m, lab in shown]
-            t.add_row(*row, style="italic")
+        for m in metrics:
+            t.add_column(m.label, justify="right")
+        for i, suite in enumerate(shown_suites(report)):
+            if i:
+                t.add_section()
+            for method in row_order(report):
+                name = f"{method} (floor)" if method == FLOOR else method
+                cells = [fmt(m, report.cell(method, suite)) for m in metrics]
+                # user-controlled names never pass through Rich markup
+                t.add_row(Text(suite), Text(name), *cells, style="dim" if method == FLOOR else None)
+            self_floor = report.floor_self.get(suite, {})
+            if self_floor and any(self_floor.get(m.name) is not None for m in metrics):
+                t.add_row(
+                    Text(suite),
+                    "B5 vs B5 (other seeds)",
+                    *[m.format(self_floor.get(m.name)) if m.name in self_floor else "" for m in metrics],
+                    style="italic",
+                )
         out.append(t)
     return out
 
 
 def verdicts(report: AuditReport) -> dict[str, str]:
-    """method -> forgets / only stops saying / still leaks, from the pooled cell against the floor."""
+    """method -> forgets / only stops saying / still leaks, from the pooled cell against the floor.
+    Without a floor nothing is compared: every method is "not measured (no floor)", never "forgets"."""
     out = {}
     for method in report.methods:
-        if method == FLOOR:
+        if method in (FLOOR, SERVING):
             continue
-        c = _cell(report, method, "all")
+        c = report.cell(method, "all")
         if c is None or c.errors:
             out[method] = "errored"
+            continue
+        if not report.floor:
+            out[method] = "not measured (no floor)"
             continue
 
         def above(metric: str, cell: Cell = c) -> bool:
@@ -99,8 +102,8 @@ def summary_lines(report: AuditReport) -> list[str]:
         groups.setdefault(verdict, []).append(m)
     n_states = len({s.session_id for s in report.states})
     lines = [
-        f"{n_states} session(s) over {', '.join(report.suites)}; model {report.model}; k={report.k} samples "
-        f"at T={report.temperature}; margin {report.margin}."
+        f"{n_states} session(s) over {', '.join(report.suites)}; model {report.model} on {report.engine}; "
+        f"k={report.k} samples at T={report.temperature}; margin {report.margin}."
     ]
     if groups.get("forgets"):
         lines.append(
@@ -114,6 +117,12 @@ def summary_lines(report: AuditReport) -> list[str]:
         )
     if groups.get("still leaks"):
         lines.append(f"Still leak the target in what they say or do: {', '.join(groups['still leaks'])}.")
+    if groups.get("not measured (no floor)"):
+        lines.append(
+            "Not measured without the B5 floor (run with --floor to compare): "
+            + ", ".join(groups["not measured (no floor)"])
+            + "."
+        )
     if groups.get("errored"):
         lines.append(f"Errored (counted as failures): {', '.join(groups['errored'])}.")
     dropped = {s: p for s, p in report.probes_dropped.items() if p}
@@ -123,38 +132,63 @@ def summary_lines(report: AuditReport) -> list[str]:
             + "; ".join(f"{s}: {', '.join(p)}" for s, p in dropped.items())
             + "."
         )
+    unmeasured = sorted(
+        {(c.method, m, why) for c in report.cells if c.suite == "all" for m, why in c.unmeasured.items()}
+    )
+    for method, m, why in unmeasured:
+        lines.append(f"{method}.{m}: {why}.")
+    serving = report.cell(SERVING, "all")
+    if serving is not None:
+        r, e = serving.values.get("residual_cached_tokens"), serving.values.get("reset_effective")
+        lines.append(
+            "Serving layer: the server still serves "
+            + ("an unknown number of" if r is None else f"{r:.1f}")
+            + " cached token(s) of the prefix that carried z, beyond a decoy's (mean per session); after "
+            + "its own reset, "
+            + ("unknown" if e is None else f"{e:.0%} of sessions")
+            + " clean."
+        )
+    if report.cost:
+        c = report.cost
+        lines.append(
+            f"Cost: {c.get('wall_s')} s wall on {c.get('engine')}, {c.get('cores')} cores, "
+            f"{c.get('wall_s_per_session')} s per session ({c.get('resumed_states', 0)} state(s) resumed)."
+        )
     return lines
 
 
-def junit_xml(report: AuditReport, audits: Sequence[str] = JUNIT_AUDITS) -> str:
+def junit_xml(report: AuditReport) -> str:
     """One test case per method x suite x audit: it passes when the method is at the floor (within the
-    margin, in the audit's good direction); an errored state is an error, never a skip."""
+    margin, in the audit's good direction). An errored state is an error, never a skip; a comparison
+    that could not be made (no floor, an unmeasurable audit) fails."""
     suites = ET.Element("testsuites", name="eu-audit")
     for suite in report.suites:
         ts = ET.SubElement(suites, "testsuite", name=f"eu-audit.{suite}")
         n = fails = errs = 0
         for method in report.methods:
-            c = _cell(report, method, suite)
-            if c is None:
+            c = report.cell(method, suite)
+            if c is None or method in (FLOOR, SERVING):
                 continue
-            for metric in audits:
-                v, f = c.values.get(metric), c.floor.get(metric)
-                if v is None and not c.errors:
-                    continue
+            for metric in junit_metrics():
+                v, f = c.values.get(metric.name), c.floor.get(metric.name)
+                if v is None and not c.errors and metric.name not in c.unmeasured:
+                    continue  # the audit does not apply to this suite
                 n += 1
-                tc = ET.SubElement(ts, "testcase", classname=f"{suite}.{method}", name=metric)
+                tc = ET.SubElement(ts, "testcase", classname=f"{suite}.{method}", name=metric.name)
                 if c.errors:
                     errs += 1
                     ET.SubElement(tc, "error", message=f"{c.errors} errored state(s)")
                     continue
-                assert v is not None
-                good = METRICS[metric][0]
-                ok = f is None or (v <= f + report.margin if good == "low" else v >= f - report.margin)
-                if not ok:
+                why = None
+                if v is None:
+                    why = c.unmeasured.get(metric.name, "no value")
+                elif not report.floor or f is None:
+                    why = "not measured: no B5 floor to compare with"
+                elif not metric.at_floor(v, f, report.margin):
+                    why = f"{metric.name} = {v:.4g}, floor {f:.4g} (margin {report.margin})"
+                if why is not None:
                     fails += 1
-                    ET.SubElement(
-                        tc, "failure", message=f"{metric} = {v:.4g}, floor {f:.4g} (margin {report.margin})"
-                    )
+                    ET.SubElement(tc, "failure", message=why)
         ts.set("tests", str(n))
         ts.set("failures", str(fails))
         ts.set("errors", str(errs))

@@ -18,7 +18,7 @@ from eu_audit.episodes import Episode, Phase, StepKind
 from eu_audit.jsonl import iter_jsonl
 from eu_audit.registry import Registry
 from eu_audit.runtime.chat import ChatFormat, detect_chat_format
-from eu_audit.runtime.engine import HFEngine, Sampling
+from eu_audit.runtime.engine import KVEngine, Sampling
 from eu_audit.suites import data_dir
 
 LABELS = {
@@ -79,15 +79,15 @@ def task_request(ep: Episode) -> str:
 class ProbeRunner:
     """Continuations of one state. Call ``ask`` any number of times; the state never changes."""
 
-    engine: HFEngine
+    engine: KVEngine
     chat: ChatFormat
     encode: Callable[[str], list[int]]
     decode_text: Callable[[Sequence[int]], str]
 
     @classmethod
-    def for_engine(cls, engine: HFEngine) -> ProbeRunner:
+    def for_engine(cls, engine: KVEngine) -> ProbeRunner:
         """A runner speaking the engine's model: its chat format and tokenizer."""
-        tok = engine.loaded.tokenizer
+        tok = engine.tokenizer
         return cls(
             engine,
             detect_chat_format(tok),

@@ -1,11 +1,14 @@
-"""Read and write trace bundles. Reads validate every line; writes are atomic and private (0600)."""
+"""Read and write trace bundles. Reads validate every line; writes are atomic and private (0600).
+
+This module is the file format's boundary: it turns lines into the domain objects of
+``eu_audit.trace`` and back, and nothing else.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,87 +29,11 @@ from eu_audit.bundle.records import (
     SessionRecord,
     ToolCallRecord,
 )
-from eu_audit.checkpoints import Checkpoint
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import describe_validation_error, iter_jsonl, write_jsonl
-from eu_audit.provenance import ArtifactGraph
-from eu_audit.runtime.blocks import RuntimeBlock
-from eu_audit.textmatch import contains_target
+from eu_audit.trace.session import Bundle, SessionTrace
 
-
-@dataclass
-class SessionTrace:
-    """Everything a bundle holds about one session."""
-
-    session: SessionRecord
-    observations: list[ObservationRecord] = field(default_factory=list)
-    blocks: list[RuntimeBlock] = field(default_factory=list)
-    tool_calls: list[ToolCallRecord] = field(default_factory=list)
-    checkpoints: list[Checkpoint] = field(default_factory=list)
-    forget_requests: list[ForgetRequest] = field(default_factory=list)
-    ledgers: list[LedgerRecord] = field(default_factory=list)
-    receipts: list[ReceiptRecord] = field(default_factory=list)
-
-    @property
-    def session_id(self) -> str:
-        return self.session.session_id
-
-    def graph(self) -> ArtifactGraph:
-        return ArtifactGraph(self.blocks)
-
-    def block(self, block_id: str) -> RuntimeBlock:
-        for b in self.blocks:
-            if b.id == block_id:
-                return b
-        raise KeyError(block_id)
-
-    def tau(self) -> int | None:
-        """Where the target entered, or None when no block carries its source (a post-forget state
-        that dropped it, a counterfactual run)."""
-        g = self.graph()
-        src = self.session.source_id
-        return g.first_entry(src) if g.entry_blocks(src) else None
-
-    def closure(self) -> set[str]:
-        g = self.graph()
-        src = self.session.source_id
-        return g.taint_closure(src) if g.entry_blocks(src) else set()
-
-    def target_occurrences(self) -> list[RuntimeBlock]:
-        """Blocks whose text holds the session's target (any normalised variant)."""
-        tgt = self.session.target
-        return [b for b in self.blocks if contains_target(b.text, tgt.value, tgt.variants)]
-
-    def records(self) -> list[BaseModel]:
-        sid = self.session_id
-        out: list[BaseModel] = [self.session, *self.observations]
-        out += [BlockRecord(session_id=sid, block=b) for b in self.blocks]
-        out += self.tool_calls
-        out += [CheckpointRecord(session_id=sid, checkpoint=c) for c in self.checkpoints]
-        out += self.forget_requests
-        out += self.ledgers
-        out += self.receipts
-        return out
-
-
-@dataclass
-class Bundle:
-    header: Header
-    sessions: list[SessionTrace]
-    path: Path | None = None
-    digest: str | None = None  # sha256 of the file it was read from
-
-    def session(self, session_id: str) -> SessionTrace:
-        for s in self.sessions:
-            if s.session_id == session_id:
-                return s
-        raise BadInput(f"no session '{session_id}' in the bundle")
-
-    def records(self) -> list[BaseModel]:
-        out: list[BaseModel] = [self.header]
-        for s in self.sessions:
-            out += s.records()
-        return out
+__all__ = ["Bundle", "SessionTrace", "file_digest", "read_bundle", "write_bundle"]
 
 
 def file_digest(path: Path) -> str:

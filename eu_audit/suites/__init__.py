@@ -49,7 +49,9 @@ for _name in SHIPPED:
     SUITES.add(_name, _file_suite(_name))
 
 #: loaders for data sets users bring: ``--suite longmemeval:/path/to/longmemeval_s.json``
-LOADERS: Registry[Callable[[Path], list[Episode]]] = Registry("suite loaders")
+LOADERS: Registry[Callable[[Path], list[Episode]]] = Registry(
+    "suite_loaders", builtins=("eu_audit.datasets.longmemeval.loader",)
+)
 
 
 def load_suite(ref: str) -> list[Episode]:
@@ -59,11 +61,5 @@ def load_suite(ref: str) -> list[Episode]:
         return load_episodes(p)
     if ":" in ref and ref not in SUITES:
         loader, _, path = ref.partition(":")
-        _load_loaders()
-        return LOADERS.get(loader)(Path(path))
+        return LOADERS.get(loader)(Path(path).expanduser())
     return SUITES.get(ref)()
-
-
-def _load_loaders() -> None:
-    import eu_audit.suites.longmemeval
-    import eu_audit.suites.toolsandbox  # noqa: F401

@@ -1,13 +1,17 @@
 """``eu-audit suites build``: builders turn a data set into episodes under the knobs, reproducibly.
 
-A builder is ``fn(knobs) -> list[Episode]`` registered with ``@BUILDERS.register("name")``; the same
-knobs and seed give byte-identical output. Built suites live in ``suites/<name>.jsonl``.
+A builder is ``fn(knobs, skips) -> list[Episode]`` registered with ``@BUILDERS.register("name")``; the
+same knobs and seed give byte-identical output. A builder catches only the failures it expects from its
+data set (a reference call that errors, an item without a usable target) and counts each item it leaves
+out in ``skips`` by reason; ``suites build`` prints the counts. Built suites live in ``suites/<name>.jsonl``
+(mode 0600: they hold the targets).
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +21,22 @@ from eu_audit.jsonl import atomic_writer
 from eu_audit.registry import Registry
 from eu_audit.suites.compose import Knobs
 
-BUILDERS: Registry[Callable[[Knobs], list[Episode]]] = Registry("suite builders")
+
+class Skips(Counter[str]):
+    """Data-set items a builder left out, counted by reason."""
+
+    def lines(self) -> list[str]:
+        return [f"{n} skipped: {reason}" for reason, n in sorted(self.items())]
+
+
+BUILDERS: Registry[Callable[[Knobs, Skips], list[Episode]]] = Registry(
+    "suite_builders",
+    builtins=(
+        "eu_audit.datasets.agentdojo.builder",
+        "eu_audit.datasets.bfcl.builders",
+        "eu_audit.datasets.preference.builder",
+    ),
+)
 
 
 def rng_for(knobs: Knobs, *salt: object) -> random.Random:
@@ -25,9 +44,8 @@ def rng_for(knobs: Knobs, *salt: object) -> random.Random:
     return random.Random(repr((knobs.seed, *salt)))
 
 
-def build_suite(name: str, knobs: Knobs) -> list[Episode]:
-    _load_builders()
-    episodes = BUILDERS.get(name)(knobs)
+def build_suite(name: str, knobs: Knobs, skips: Skips | None = None) -> list[Episode]:
+    episodes = BUILDERS.get(name)(knobs, skips if skips is not None else Skips())
     return episodes[: knobs.n] if knobs.n else episodes
 
 
@@ -35,7 +53,7 @@ def write_suite(episodes: list[Episode], out: Path, *, force: bool = False) -> P
     if out.exists() and not force:
         raise BadInput(f"{out} exists; pass --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_writer(out, private=False) as f:
+    with atomic_writer(out, private=True) as f:
         for ep in episodes:
             f.write(episode_line(ep))
     return out
@@ -44,9 +62,3 @@ def write_suite(episodes: list[Episode], out: Path, *, force: bool = False) -> P
 def episode_line(ep: Episode) -> str:
     data = ep.model_dump(mode="json", exclude_defaults=True)
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def _load_builders() -> None:
-    import eu_audit.suites.agentdojo
-    import eu_audit.suites.bfcl
-    import eu_audit.suites.preference  # noqa: F401

@@ -14,8 +14,8 @@ import json
 from typing import Any, Literal
 
 from eu_audit.episodes import Episode, StepKind
+from eu_audit.matching import contains_target
 from eu_audit.runtime.tools import ToolError, load_toolset
-from eu_audit.textmatch import contains_target
 
 World = Literal["factual", "counterfactual"]
 

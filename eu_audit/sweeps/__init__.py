@@ -31,17 +31,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from eu_audit import __version__
-from eu_audit.audits.leakage import artifact_leak, variants
+from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import cad
 from eu_audit.bundle.io import read_bundle
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer
+from eu_audit.methods import METHODS
 from eu_audit.record import RecordOptions, record
 from eu_audit.registry import Registry
-from eu_audit.runtime.models import LoadedModel, load_model
+from eu_audit.runtime.engine import AUTO, KVEngine, open_engine
+from eu_audit.runtime.models import LoadedModel
 from eu_audit.suites.build import build_suite, write_suite
 from eu_audit.suites.compose import Knobs
-from eu_audit.unlearn import unlearn
+from eu_audit.unlearn import check_engine, unlearn
 
 Progress = Callable[[str, int, int], None]
 
@@ -58,7 +60,7 @@ class SweepRow(BaseModel):
     T: int
     tau: int
     transitions: int
-    reused: int
+    reused: int | None  # None: the engine could not tell
     prefilled: int
     decoded: int
     recomputed: int
@@ -68,106 +70,26 @@ class SweepRow(BaseModel):
     checkpoint_bytes: int
 
 
+#: a sweep's plot: draw its rows on the axes, return the facts (fits, ratios) to print under it
+PlotFn = Callable[[list["SweepRow"], Any], list[str]]
+
+
 @dataclass(frozen=True)
 class SweepSpec:
+    """One sweep: the knob it varies, the methods it applies, the paper's claim and its own plot."""
+
     name: str
     values: list[str]
     methods: list[str]
     knobs: Callable[[str, Knobs], Knobs]  # value, base knobs -> knobs for that value
     x: Callable[[str], float]
+    paper: str  # the paper's claim, quoted beside ours in the report
+    plot: PlotFn
     checkpoint_policy: Callable[[str], str | None] = lambda v: None
     describe: str = ""
 
 
-SWEEPS: Registry[SweepSpec] = Registry("sweeps")
-TOTAL_T = 8  # the tau sweep's fixed session length (the target moves from transition 1 to T)
-
-
-# The cost sweeps (tau, granularity, position) stop at depth 2 (answer and plan, no compaction). A
-# compaction after the target rebuilds the cache without the clean prefix, so every method, B7 included,
-# must re-prefill that prefix from recorded ids whatever tau, the checkpoint policy or the position: the
-# knob being swept would no longer be what moves the cost. The depth sweep is where compaction is studied.
-NO_COMPACTION_DEPTH = 2
-
-
-def _without_compaction(base: Knobs, **update: Any) -> Knobs:
-    knobs = base.model_copy(update=update)
-    return knobs.model_copy(update={"depth": min(knobs.depth, NO_COMPACTION_DEPTH, knobs.turns_after)})
-
-
-def _tau_knobs(v: str, base: Knobs) -> Knobs:
-    tau = int(v)
-    return _without_compaction(base, setup=tau - 1, turns_after=TOTAL_T - tau, indep=0.0)
-
-
-SWEEPS.add(
-    "tau",
-    SweepSpec(
-        "tau",
-        [str(t) for t in range(1, TOTAL_T + 1)],
-        ["b5", "b7"],
-        _tau_knobs,
-        float,
-        describe=f"the target enters at transition tau = 1..{TOTAL_T} of a {TOTAL_T}-transition session",
-    ),
-)
-SWEEPS.add(
-    "indep",
-    SweepSpec(
-        "indep",
-        ["0", "0.25", "0.5", "0.75", "1"],
-        ["b5", "b5p", "b7"],
-        lambda v, b: b.model_copy(update={"indep": float(v), "depth": 0, "turns_after": b.turns_after}),
-        float,
-        describe="fraction of the post-target turns that are independent of the target (depth 0)",
-    ),
-)
-SWEEPS.add(
-    "granularity",
-    SweepSpec(
-        "granularity",
-        ["every_turn", "semantic", "session_start"],
-        ["b5", "b7"],
-        # Middle position: a target in the first turns leaves little clean prefix for a policy to keep.
-        lambda v, b: _without_compaction(b, checkpoint_policy=v, position="middle"),
-        lambda v: ["every_turn", "semantic", "session_start"].index(v),
-        checkpoint_policy=lambda v: v,
-        describe="checkpoint policy, finest to coarsest (middle position, depth 2: no compaction)",
-    ),
-)
-SWEEPS.add(
-    "position",
-    SweepSpec(
-        "position",
-        ["early", "middle", "late"],
-        ["b5", "b7"],
-        lambda v, b: _without_compaction(b, position=v),
-        lambda v: ["early", "middle", "late"].index(v),
-        describe="where the target enters: 10% / 50% / 80% in (depth 2: no compaction)",
-    ),
-)
-SWEEPS.add(
-    "boundary",
-    SweepSpec(
-        "boundary",
-        ["all"],
-        ["excise", "b4", "b7", "b5"],
-        lambda v, b: b,
-        lambda v: 0.0,
-        describe="span-only excision vs descendant closure (B4) vs replay (B7)",
-    ),
-)
-SWEEPS.add(
-    "depth",
-    SweepSpec(
-        "depth",
-        ["0", "1", "2", "3"],
-        ["b3", "b7", "b5"],
-        lambda v, b: b.model_copy(update={"depth": int(v)}),
-        float,
-        describe="derivation depth: answer, plan, summary stacked",
-    ),
-)
+SWEEPS: Registry[SweepSpec] = Registry("sweeps", builtins=("eu_audit.sweeps.specs",))
 
 
 @dataclass
@@ -181,6 +103,7 @@ class SweepOptions:
     turns_after: int = 6
     max_tokens: int = 32
     values: list[str] | None = None  # a subset of the sweep's values
+    engine: str = AUTO
     command: str = field(default_factory=lambda: " ".join(["eu-audit", *sys.argv[1:]]))
 
 
@@ -205,7 +128,7 @@ def _write_rows(out: Path, rows: list[SweepRow]) -> None:
             f.write(r.model_dump_json() + "\n")
 
 
-def _manifest(opts: SweepOptions, spec: SweepSpec, loaded: LoadedModel) -> dict[str, Any]:
+def _manifest(opts: SweepOptions, spec: SweepSpec, engine: KVEngine) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -213,8 +136,10 @@ def _manifest(opts: SweepOptions, spec: SweepSpec, loaded: LoadedModel) -> dict[
         "sweep": spec.name,
         "describe": spec.describe,
         "command": opts.command,
-        "model": loaded.name,
-        "weight_digest": loaded.weight_digest,
+        "model": engine.loaded.name,
+        "engine": engine.name,
+        "engine_facts": engine.facts(),
+        "weight_digest": engine.loaded.weight_digest,
         "suite": opts.suite,
         "n": opts.n,
         "seed": opts.seed,
@@ -227,7 +152,10 @@ def _manifest(opts: SweepOptions, spec: SweepSpec, loaded: LoadedModel) -> dict[
 
 
 def run_sweep(
-    opts: SweepOptions, progress: Progress | None = None, loaded: LoadedModel | None = None
+    opts: SweepOptions,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
+    engine: KVEngine | None = None,
 ) -> list[SweepRow]:
     spec = SWEEPS.get(opts.name)
     values = opts.values or spec.values
@@ -236,13 +164,19 @@ def run_sweep(
         raise BadInput(
             f"sweep {spec.name} has no value {', '.join(unknown)} (values: {', '.join(spec.values)})"
         )
-    loaded = loaded or load_model(opts.model)
+    if engine is None:
+        name = opts.engine
+        if name == AUTO and any(METHODS.get(m).engines for m in spec.methods):
+            name = "hf"  # a method of this sweep edits KV tensors (span-only excision)
+        engine = open_engine(name, opts.model, loaded=loaded)
+    check_engine(spec.methods, engine.name)
     opts.out.mkdir(parents=True, exist_ok=True)
     manifest_path = opts.out / "sweep.json"
-    manifest = _manifest(opts, spec, loaded)
+    manifest = _manifest(opts, spec, engine)
     if manifest_path.exists():
         old = json.loads(manifest_path.read_text())
-        same = {k: old.get(k) for k in ("sweep", "weight_digest", "suite", "n", "seed", "turns_after")}
+        keys = ("sweep", "weight_digest", "engine", "suite", "n", "seed", "turns_after")
+        same = {k: old.get(k, "hf" if k == "engine" else None) for k in keys}
         if same != {k: manifest[k] for k in same}:
             raise BadInput(
                 f"{opts.out} holds a different sweep ({old.get('sweep')}, {old.get('model')}); "
@@ -262,7 +196,7 @@ def run_sweep(
             progress(f"{spec.name}={value}", i, len(values))
         if value in done:
             continue  # resumed: this value's rows are already written
-        rows += _run_value(spec, value, base, opts, loaded)
+        rows += _run_value(spec, value, base, opts, engine)
         _write_rows(opts.out, rows)
     if progress:
         progress(f"{spec.name} done", len(values), len(values))
@@ -270,7 +204,7 @@ def run_sweep(
 
 
 def _run_value(
-    spec: SweepSpec, value: str, base: Knobs, opts: SweepOptions, loaded: LoadedModel
+    spec: SweepSpec, value: str, base: Knobs, opts: SweepOptions, engine: KVEngine
 ) -> list[SweepRow]:
     from eu_audit.checkpoints import CheckpointPolicy
 
@@ -283,16 +217,17 @@ def _run_value(
     record(
         RecordOptions(
             suite=str(suite_file),
-            model=loaded.name,
+            model=engine.loaded.name,
+            engine=engine.name,
             seed=opts.seed,
             out=trace,
             force=True,
             max_tokens=opts.max_tokens,
             checkpoint_policy=CheckpointPolicy(policy) if policy else None,
         ),
-        loaded=loaded,
+        engine=engine,
     )
-    states = unlearn(trace, spec.methods, work / "states.jsonl", force=True, loaded=loaded).bundle
+    states = unlearn(trace, spec.methods, work / "states.jsonl", force=True, engine=engine).bundle
     recorded = {s.session_id: s for s in read_bundle(trace).sessions}
     by = {(s.session.parent_session, s.session.method): s for s in states.sessions}
     rows = []
@@ -301,7 +236,7 @@ def _run_value(
         ep = st.session.episode
         ledger = st.ledgers[-1]
         ref = by.get((sid, "b5"))
-        leak = artifact_leak(st, ep.tau, variants(st.session.target.value, st.session.target.variants))
+        leak = artifact_leak(st, ep.tau)
         rows.append(
             SweepRow(
                 sweep=spec.name,

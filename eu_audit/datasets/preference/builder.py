@@ -13,7 +13,7 @@ Provider names come from Faker (pinned version, seeded); the reasons are written
 from __future__ import annotations
 
 from eu_audit.episodes import Episode, Step, StepKind, Target
-from eu_audit.suites.build import BUILDERS, rng_for
+from eu_audit.suites.build import BUILDERS, Skips, rng_for
 from eu_audit.suites.compose import EpisodeParts, Knobs, compose
 
 #: (service, provider suffix, when, two reasons a user might give for never using a provider)
@@ -180,7 +180,7 @@ def scenario_parts(i: int, order: int, knobs: Knobs) -> EpisodeParts:
 
 
 @BUILDERS.register("preference")
-def build_preference(knobs: Knobs) -> list[Episode]:
+def build_preference(knobs: Knobs, skips: Skips) -> list[Episode]:
     """30 scenarios x 2 counterbalanced orders = 60 episodes."""
     return [
         compose(scenario_parts(i, order, knobs), knobs, rng_for(knobs, "preference-episode", i))

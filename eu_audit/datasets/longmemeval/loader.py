@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from eu_audit.episodes import Episode, Step, StepKind, Target
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import describe_validation_error
+from eu_audit.matching import contains_target, normalise
 from eu_audit.suites import LOADERS
 from eu_audit.suites.build import rng_for
 from eu_audit.suites.compose import EpisodeParts, Knobs, compose
-from eu_audit.textmatch import contains_target, normalise
 
 WITHHELD = "[withheld]"
 _GENERIC = [

@@ -21,9 +21,10 @@ import json
 import random
 from typing import Any
 
+from eu_audit.datasets.bfcl import env as bfcl_env
 from eu_audit.episodes import Episode, Step, StepKind, Target
-from eu_audit.runtime import bfcl_env
-from eu_audit.suites.build import BUILDERS, rng_for
+from eu_audit.runtime.tools import ToolError
+from eu_audit.suites.build import BUILDERS, Skips, rng_for
 from eu_audit.suites.compose import EpisodeParts, Knobs, compose
 
 N_EPISODES = 100
@@ -194,7 +195,7 @@ def bfcl_memory_parts(i: int, knobs: Knobs) -> EpisodeParts:
 
 
 @BUILDERS.register("bfcl-memory")
-def build_bfcl_memory(knobs: Knobs) -> list[Episode]:
+def build_bfcl_memory(knobs: Knobs, skips: Skips) -> list[Episode]:
     """100 episodes over BFCL's 37 memory conversations, five kinds of personal record."""
     return [
         compose(bfcl_memory_parts(i, knobs), knobs, rng_for(knobs, "bfcl-memory-ep", i))
@@ -236,9 +237,10 @@ def _identifier_like(s: str) -> bool:
     return 4 <= len(s) <= 64 and (any(c.isdigit() for c in s) or "." in s or "_" in s)
 
 
-def find_identifier(scenario_id: str) -> dict[str, Any] | None:
+def find_identifier(scenario_id: str, skips: Skips | None = None) -> dict[str, Any] | None:
     """The first reference call whose output shows an identifier a later call routes on (a read, or
-    an action that returns one, such as a booking id)."""
+    an action that returns one, such as a booking id). None, counted in ``skips``, when a reference call
+    fails first or no such identifier exists."""
     scenario = bfcl_env.scenarios()[scenario_id]
     turns = bfcl_env.ground_truth()[scenario_id]
     questions = [m["content"] for turn in scenario["question"] for m in turn if m["role"] == "user"]
@@ -248,7 +250,9 @@ def find_identifier(scenario_id: str) -> dict[str, Any] | None:
     for k, (turn, name, args) in enumerate(calls):
         try:
             result = bfcl_env.call(live, name, args)
-        except Exception:
+        except ToolError:
+            if skips is not None:
+                skips["bfcl-tools: a reference call failed before showing an identifier"] += 1
             return None
         later = {s for _, _, a in calls[k + 1 :] for s in _scalars(a)}
         for cand in _scalars(result):
@@ -256,6 +260,8 @@ def find_identifier(scenario_id: str) -> dict[str, Any] | None:
                 return {"turn": turn, "call": [name, args], "value": cand, "log": log}
         if bfcl_env.is_consequential(name):
             log = [*log, [name, args]]
+    if skips is not None:
+        skips["bfcl-tools: no identifier that a later reference call routes on"] += 1
     return None
 
 
@@ -299,11 +305,11 @@ def bfcl_tools_parts(scenario_id: str, found: dict[str, Any]) -> EpisodeParts:
 
 
 @BUILDERS.register("bfcl-tools")
-def build_bfcl_tools(knobs: Knobs) -> list[Episode]:
+def build_bfcl_tools(knobs: Knobs, skips: Skips) -> list[Episode]:
     """100 episodes: the first 100 multi-turn scenarios with a tool-observed routing identifier."""
     episodes = []
     for sid in sorted(bfcl_env.scenarios(), key=lambda s: int(s.rsplit("_", 1)[-1])):
-        found = find_identifier(sid)
+        found = find_identifier(sid, skips)
         if found is None:
             continue
         parts = bfcl_tools_parts(sid, found)

@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from eu_audit.datasets.agentdojo import env as ad
 from eu_audit.episodes import Episode, Step, StepKind, Target
-from eu_audit.runtime import agentdojo_env as ad
-from eu_audit.suites.build import BUILDERS, rng_for
+from eu_audit.runtime.tools import ToolError
+from eu_audit.suites.build import BUILDERS, Skips, rng_for
 from eu_audit.suites.compose import EpisodeParts, Knobs, compose
 
 PER_SUITE = 20
@@ -78,8 +79,9 @@ def injection_targets(suite: Any, clean_dump: str) -> dict[str, str]:
     return out
 
 
-def reading_pairs(suite: Any) -> list[Pair]:
-    """(user task, vector) pairs: the first reference call whose result shows a vector's marker."""
+def reading_pairs(suite: Any, skips: Skips | None = None) -> list[Pair]:
+    """(user task, vector) pairs: the first reference call whose result shows a vector's marker. A user
+    task whose reference call fails before reading a vector is counted in ``skips``."""
     vectors = sorted(suite.get_injection_vector_defaults())
     marked = {v: f"{_MARK}{i}X" for i, v in enumerate(vectors)}
     spec = {"suite": suite.name, "injections": marked}
@@ -93,7 +95,9 @@ def reading_pairs(suite: Any) -> list[Pair]:
             live: dict[str, Any] = {"agentdojo": spec, "log": list(log)}
             try:
                 result = json.dumps(ad.run(live, c.function, dict(c.args)))
-            except Exception:
+            except ToolError:
+                if skips is not None:
+                    skips[f"agentdojo {suite.name}: a reference call failed before reading a vector"] += 1
                 break
             seen = [v for v, m in marked.items() if m in result]
             if seen:
@@ -121,13 +125,15 @@ def _plan_step(suite_name: str, kind: str, tools: list[str]) -> Step:
     )
 
 
-def suite_episodes(suite_name: str, knobs: Knobs, per_suite: int = PER_SUITE) -> list[Episode]:
+def suite_episodes(
+    suite_name: str, knobs: Knobs, skips: Skips | None = None, per_suite: int = PER_SUITE
+) -> list[Episode]:
     suite = ad.suite(suite_name)
     defaults = suite.get_injection_vector_defaults()
     clean_dump = ad.environment({"suite": suite_name, "injections": {}}).model_dump_json().lower()
     prompts_dump = " ".join(t.PROMPT for t in suite.user_tasks.values()).lower()
     targets = {k: v for k, v in injection_targets(suite, clean_dump).items() if v.lower() not in prompts_dump}
-    pairs = reading_pairs(suite)
+    pairs = reading_pairs(suite, skips)
     combos = [(p, tid) for p in pairs for tid in sorted(targets, key=_task_index)]
     rng = rng_for(knobs, "agentdojo", suite_name)
     chosen = sorted(
@@ -194,22 +200,8 @@ def suite_episodes(suite_name: str, knobs: Knobs, per_suite: int = PER_SUITE) ->
 
 
 @BUILDERS.register("agentdojo")
-def build_agentdojo(knobs: Knobs) -> list[Episode]:
+def build_agentdojo(knobs: Knobs, skips: Skips) -> list[Episode]:
     """80 episodes: 20 from each of workspace, slack, banking and travel, interleaved so that the first
     n episodes (``record --n``) cover the four suites evenly."""
-    per_suite = [suite_episodes(name, knobs) for name in ad.SUITE_NAMES]
+    per_suite = [suite_episodes(name, knobs, skips) for name in ad.SUITE_NAMES]
     return [ep for group in zip(*per_suite, strict=False) for ep in group]
-
-
-def task_utility(episode: Episode, model_output: str, calls: list[tuple[str, dict[str, Any]]]) -> bool | None:
-    """AgentDojo's own utility check of the episode's user task: the model's text and the environment
-    after the state-changing calls the agent executed. None for episodes not from AgentDojo."""
-    meta = episode.meta
-    if meta.get("source", "").split(" ")[0] != "agentdojo" or "user_task" not in meta:
-        return None
-    suite = ad.suite(meta["suite"], meta["source"].split(" ")[-1])
-    spec = episode.env["agentdojo"]
-    pre = ad.environment(spec)
-    post = ad.environment(spec, [[n, a] for n, a in calls if ad.is_consequential(n)])
-    with ad.frozen_time():
-        return bool(suite.user_tasks[meta["user_task"]].utility(model_output, pre, post))

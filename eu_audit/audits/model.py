@@ -1,0 +1,95 @@
+"""The audit's data model (the ``--json`` report, schema ``eu-audit schema audit``): per-state results,
+per method x suite cells against the floor, gate results. Read by the tables, JUnit, gates and the
+Markdown report; written by the orchestrator (``eu_audit.audit``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from eu_audit import __version__
+
+#: the method whose state is the measured false-positive floor: the agent that never saw z
+FLOOR = "b5"
+#: the pseudo-method whose cells hold the serving-layer residue items (``serving.residual_cached_tokens``)
+SERVING = "serving"
+
+
+class ProbeOutcome(BaseModel):
+    probe: str
+    text: str
+    leaked: bool
+
+
+class StateAudit(BaseModel):
+    """One post-forget state: a recorded session under one method."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    episode_id: str
+    suite: str
+    method: str
+    error: str | None = None
+    probes: list[ProbeOutcome] = Field(default_factory=list)
+    samples: list[str] = Field(default_factory=list)  # k task-probe samples at the audit temperature
+    sample_seeds: list[int] = Field(default_factory=list)
+    choices: list[str | None] = Field(default_factory=list)  # preference suite: the option each sample picked
+    values: dict[str, float | None] = Field(default_factory=dict)  # metric -> value (booleans as 0/1)
+    #: metric -> why it could not be measured on this state (e.g. "agent lacks fork")
+    unmeasured: dict[str, str] = Field(default_factory=dict)
+    action_sinks: dict[str, int] = Field(default_factory=dict)  # sink class -> calls carrying z
+    #: B5 only: k more samples under other seeds (B5 against itself: the sampling floor)
+    floor_samples: list[str] = Field(default_factory=list)
+    sample_ids: list[list[int]] = Field(default_factory=list)  # generated ids of ``samples``
+    floor_sample_ids: list[list[int]] = Field(default_factory=list)
+    _cost_s: float = PrivateAttr(default=0.0)
+
+
+class Cell(BaseModel):
+    """One method on one suite (or on all suites pooled: suite "all")."""
+
+    method: str
+    suite: str
+    n: int
+    errors: int
+    values: dict[str, float | None]
+    floor: dict[str, float | None]
+    p: dict[str, float | None]  # McNemar (binary) / Wilcoxon (continuous) vs the floor
+    tost: dict[str, float | None]  # TOST equivalence to the floor within +-margin
+    unmeasured: dict[str, str] = Field(default_factory=dict)  # metric -> reason, when no state measured it
+
+
+class GateResult(BaseModel):
+    rule: str
+    held: bool
+    detail: str
+
+
+class AuditReport(BaseModel):
+    format: Literal["eu-audit/audit@1"] = "eu-audit/audit@1"
+    tool_version: str = __version__
+    bundle: str
+    bundle_digest: str
+    unlearned: str | None = None
+    model: str
+    engine: str = "hf"
+    seed: int
+    k: int
+    temperature: float
+    margin: float
+    floor: bool = True  # measured against the B5 floor; without it, floor comparisons are not measured
+    methods: list[str]
+    suites: list[str]
+    probes: list[str]
+    probes_dropped: dict[str, list[str]]  # suite -> probes that leak on the floor (B5)
+    floor_self: dict[str, dict[str, float | None]]  # suite -> B5 vs B5 (other seeds): the sampling floor
+    states: list[StateAudit]
+    cells: list[Cell]
+    gates: list[GateResult] = Field(default_factory=list)
+    errors: int = 0
+    cost: dict[str, float | int | str] = Field(default_factory=dict)  # wall time, engine, cores, per session
+
+    def cell(self, method: str, suite: str) -> Cell | None:
+        return next((c for c in self.cells if c.method == method and c.suite == suite), None)

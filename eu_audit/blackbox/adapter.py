@@ -1,0 +1,167 @@
+"""The adapter seam: ``AgentUnderTest``, the Python form of the agent contract (``contract.py``), and the
+adapters that reach an agent.
+
+``--agent http://host:port`` speaks the JSON-over-HTTP contract (``HttpAgent``); ``--agent
+module:factory`` calls ``factory()`` in the harness's process and uses what it returns (any object with
+the protocol's methods). Register another kind with ``@ADAPTERS.register("scheme")`` on
+``fn(spec) -> AgentUnderTest``; ``--agent scheme:...`` then reaches it.
+
+Errors carry the contract's exit codes: an agent that cannot be reached at all, or that lacks a required
+endpoint, is a configuration mistake (exit 2); an agent that fails, times out or answers nonsense in the
+middle of an episode is a failed run (exit 3). The harness adds which episode and step it was driving.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel, ValidationError
+
+from eu_audit.blackbox.contract import (
+    API_VERSION,
+    PREFIX,
+    Capabilities,
+    ForgetReceipt,
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    Ok,
+    Session,
+    StartSession,
+    StoreDump,
+    ToolSpec,
+    Turn,
+)
+from eu_audit.errors import BadInput, RunFailed
+from eu_audit.http import HttpFailure, HttpStatus, Unreachable, request_json
+from eu_audit.registry import Registry
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@runtime_checkable
+class AgentUnderTest(Protocol):
+    """An agent eu-audit drives from the outside. Optional operations raise ``NotImplementedError`` when
+    the agent lacks them; ``capabilities()`` says which it has."""
+
+    def capabilities(self) -> Capabilities: ...
+
+    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str: ...
+
+    def send(self, session_id: str, message: Message) -> Turn: ...
+
+    def fork(self, session_id: str) -> str: ...
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn: ...
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt: ...
+
+    def reset(self, tenant: str) -> None: ...
+
+    def dump(self, tenant: str) -> StoreDump: ...
+
+
+class AgentUnreachable(BadInput):
+    """Nothing answers at the agent's address, or it lacks a required endpoint (exit 2)."""
+
+
+class AgentFailed(RunFailed):
+    """The agent failed, timed out or answered outside the contract while driven (exit 3)."""
+
+
+class HttpAgent:
+    """An agent serving the JSON-over-HTTP contract at ``base_url``."""
+
+    def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise BadInput(f"agent URL '{base_url}' must start with http:// or https://")
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, answer: type[M], body: BaseModel | None = None) -> M:
+        url = f"{self.base}{PREFIX}{path}"
+        try:
+            raw = request_json(
+                url, method, None if body is None else body.model_dump(mode="json"), timeout=self.timeout
+            )
+        except Unreachable as exc:
+            raise AgentUnreachable(f"the agent does not answer: {exc}") from None
+        except HttpStatus as exc:
+            if exc.status in (404, 405, 501):
+                raise AgentUnreachable(
+                    f"the agent lacks {method} {PREFIX}{path} ({exc.why}); see eu-audit schema agent-api"
+                ) from None
+            raise AgentFailed(f"the agent failed: {exc}") from None
+        except HttpFailure as exc:
+            raise AgentFailed(f"the agent failed: {exc}") from None
+        try:
+            return answer.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "(answer)"
+            raise AgentFailed(
+                f"{method} {url}: the answer breaks the contract at '{where}': {err.get('msg')}"
+            ) from None
+
+    def capabilities(self) -> Capabilities:
+        caps = self._call("GET", "/capabilities", Capabilities)
+        if caps.version != API_VERSION:
+            raise AgentUnreachable(f"the agent speaks {caps.version!r}; this eu-audit speaks {API_VERSION}")
+        return caps
+
+    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
+        body = StartSession(tenant=tenant, seed=seed, tools=tools)
+        return self._call("POST", "/sessions", Session, body).session_id
+
+    def send(self, session_id: str, message: Message) -> Turn:
+        return self._call("POST", f"/sessions/{session_id}/messages", Turn, message)
+
+    def fork(self, session_id: str) -> str:
+        return self._call("POST", f"/sessions/{session_id}/fork", Session).session_id
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
+        return self._call("POST", f"/tenants/{tenant}/memory", Turn, record)
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        return self._call("POST", f"/tenants/{tenant}/forget", ForgetReceipt, request)
+
+    def reset(self, tenant: str) -> None:
+        self._call("POST", f"/tenants/{tenant}/reset", Ok)
+
+    def dump(self, tenant: str) -> StoreDump:
+        return self._call("GET", f"/tenants/{tenant}/dump", StoreDump)
+
+
+#: adapter kind -> factory from the part after ``kind:`` (or the whole URL for http / https)
+ADAPTERS: Registry[Callable[[str], AgentUnderTest]] = Registry("adapters")
+ADAPTERS.add("http", lambda spec: HttpAgent(spec))
+ADAPTERS.add("https", lambda spec: HttpAgent(spec))
+
+
+@ADAPTERS.register("python")
+def python_agent(spec: str) -> AgentUnderTest:
+    """``module:factory`` (or ``python:module:factory``): ``factory()`` builds the agent in-process."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise BadInput(f"--agent '{spec}': expected http://host:port or module:factory")
+    try:
+        factory: Any = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"--agent '{spec}': cannot import {module}:{attr} ({exc})") from None
+    agent = factory()
+    missing = [m for m in ("capabilities", "start", "send", "forget", "reset") if not hasattr(agent, m)]
+    if missing:
+        raise BadInput(f"--agent '{spec}': {attr}() returned an object without {', '.join(missing)}")
+    return agent
+
+
+def open_agent(spec: str) -> AgentUnderTest:
+    """The agent ``--agent`` names: a URL, ``module:factory``, or ``kind:rest`` of a registered adapter."""
+    kind, _, rest = spec.partition(":")
+    if kind in ("http", "https"):
+        return ADAPTERS.get(kind)(spec)
+    if kind in ADAPTERS and kind != "python":
+        return ADAPTERS.get(kind)(rest)
+    return python_agent(rest if kind == "python" else spec)

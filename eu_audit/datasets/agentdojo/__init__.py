@@ -1,0 +1,1 @@
+"""AgentDojo (MIT): environment adaptor (env), episode builder (builder), utility check (utility)."""

@@ -1,0 +1,1 @@
+"""LongMemEval: a loader for the user's own copy of the data set (not redistributed)."""

@@ -1,0 +1,1 @@
+"""The behavioral preference suite (written here; provider names from Faker)."""

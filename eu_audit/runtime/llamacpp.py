@@ -1,0 +1,372 @@
+"""The ``llamacpp`` engine: llama.cpp (the ik_llama.cpp fork, prebuilt wheel ``ik-llama-cpp-python``) on
+the GGUF files eu-audit ships, under the same canonical schedule as the HF engine.
+
+- one ``llama_decode`` per segment (an observation, a committed turn), with ``n_ubatch`` at least as
+  large as any segment, so a segment is always one forward pass;
+- a model turn is decoded token by token and then committed: the turn's positions are removed and the
+  whole turn is decoded again as one chunk;
+- restore is a sequence removal, ``llama_kv_cache_seq_rm(ctx, 0, offset, -1)``; its boolean result is
+  checked, and a model whose memory cannot drop a partial sequence is refused.
+
+Measured on this machine kind (bench/RESULTS.md, tests/test_llamacpp.py): crop + replay equals a fresh
+run bitwise on logits and KV bytes at every segment boundary, 1 and 2 threads give bitwise the same
+logits, and a one-shot prefill of the same tokens does not: the schedule is what makes it exact. The
+state depends on the library, the thread count only through timing, the batch sizes and the KV type:
+``facts()`` records them in the bundle header.
+
+Tokenisation is the model's Hugging Face tokenizer (converted from the same GGUF), so token ids are the
+ones the HF engine would use; llama.cpp only ever sees ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from eu_audit.errors import BadInput, CropUnsupported, RunFailed
+from eu_audit.runtime.engine import ENGINES, Sampling, TokenAccount
+from eu_audit.runtime.models import LoadedModel, load_gguf_model
+
+WHEEL = "ik-llama-cpp-python"
+DEFAULT_CTX = 8192
+DEFAULT_UBATCH = 4096  # a segment longer than this would be split across forward passes: refused
+GGML_TYPE_F16 = 1
+
+
+def _threads() -> int:
+    return int(os.environ.get("EU_AUDIT_THREADS", 0)) or max(1, os.cpu_count() or 1)
+
+
+class _Lib:
+    """The llama.cpp C API through the wheel's ctypes bindings, plus the calls the wheel leaves unbound
+    (bound here by hand from the fork's llama.h)."""
+
+    _instance: _Lib | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        try:
+            from ik_llama_cpp import _ctypes_api as capi
+        except ImportError as exc:
+            raise BadInput(
+                f"the llamacpp engine needs the '{WHEEL}' wheel (pip install '{WHEEL}==0.1.5'); "
+                "or use --engine hf"
+            ) from exc
+        except OSError as exc:  # the shared library would not load (glibc too old, wrong CPU)
+            raise RunFailed(f"llama.cpp's library would not load: {exc}; use --engine hf") from exc
+        self.C = capi
+        lib = capi._lib
+        lib.llama_kv_cache_seq_rm.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32]
+        lib.llama_kv_cache_seq_rm.restype = ctypes.c_bool
+        lib.llama_state_seq_get_size.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32]
+        lib.llama_state_seq_get_size.restype = ctypes.c_size_t
+        lib.llama_state_seq_get_data.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_uint8),
+            ctypes.c_size_t,
+            ctypes.c_int32,
+            ctypes.c_uint32,
+        ]
+        lib.llama_state_seq_get_data.restype = ctypes.c_size_t
+        lib.llama_vocab_n_tokens.argtypes = [ctypes.c_void_p]
+        lib.llama_vocab_n_tokens.restype = ctypes.c_int32
+        # llama.cpp logs every load to stderr: keep the CLI's output readable
+        self._quiet = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(
+            lambda level, text, data: None
+        )
+        lib.llama_log_set.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.llama_log_set(ctypes.cast(self._quiet, ctypes.c_void_p), None)
+        self.lib = lib
+        capi.llama_backend_init()
+        self.models: dict[str, int] = {}
+
+    @classmethod
+    def get(cls) -> _Lib:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = _Lib()
+            return cls._instance
+
+    def model(self, gguf: Path) -> int:
+        """One llama_model per GGUF file and process; contexts (engines) share its weights."""
+        key = str(gguf)
+        if key not in self.models:
+            params = self.C.llama_model_default_params()
+            params.n_gpu_layers = 0
+            params.use_mmap = True
+            handle = self.C.llama_model_load_from_file(key.encode(), params)
+            if not handle:
+                raise RunFailed(f"llama.cpp could not load the model file {gguf}")
+            self.models[key] = handle
+        return self.models[key]
+
+
+def wheel_version() -> str:
+    try:
+        return version(WHEEL)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+@ENGINES.register("llamacpp")
+class LlamaCppEngine:
+    """llama.cpp on one sequence (seq 0), batch 1, CPU."""
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        n_ctx: int = DEFAULT_CTX,
+        n_ubatch: int = DEFAULT_UBATCH,
+        n_threads: int | None = None,
+    ) -> None:
+        gguf = loaded.extra.get("gguf")
+        if gguf is None:
+            raise BadInput(
+                f"model '{loaded.name}' has no GGUF file: the llamacpp engine needs one (--engine hf)"
+            )
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.account = TokenAccount()
+        self.n_ctx, self.n_ubatch = n_ctx, min(n_ubatch, n_ctx)
+        self.n_threads = n_threads or _threads()
+        self._api = _Lib.get()
+        self._model = self._api.model(Path(gguf))
+        C = self._api.C
+        params = C.llama_context_default_params()
+        params.seed = 0
+        params.n_ctx = n_ctx
+        params.n_batch = n_ctx
+        params.n_ubatch = self.n_ubatch
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = self.n_threads
+        params.flash_attn = False  # the fork's flash attention asserts on some CPUs and shapes
+        params.type_k = params.type_v = GGML_TYPE_F16
+        self._ctx = C.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            raise RunFailed(f"llama.cpp could not create a context of {n_ctx} tokens for '{loaded.name}'")
+        vocab = C.llama_model_get_vocab(self._model)
+        self.n_vocab = int(self._api.lib.llama_vocab_n_tokens(vocab))
+        self._tokens: list[int] = []
+        self._last_logits: np.ndarray | None = None
+        self._check_croppable()
+
+    @classmethod
+    def open(
+        cls, model: str, *, dtype: str = "gguf", loaded: LoadedModel | None = None, **options: Any
+    ) -> LlamaCppEngine:
+        if loaded is not None and loaded.extra.get("gguf") is None:
+            loaded = None  # an HF load of the same model: the GGUF is still needed
+        return cls(loaded if loaded is not None else load_gguf_model(model))
+
+    def __del__(self) -> None:
+        ctx = getattr(self, "_ctx", None)
+        if ctx:
+            with contextlib.suppress(Exception):
+                self._api.C.llama_free(ctx)
+            self._ctx = None
+
+    def _check_croppable(self) -> None:
+        """A partial sequence removal must work (recurrent or hybrid memories refuse it)."""
+        bos = [int(self.tokenizer.eos_token_id or 0)] * 2
+        self._forward(bos)
+        ok = bool(self._api.lib.llama_kv_cache_seq_rm(self._ctx, 0, 1, -1))
+        self.reset()
+        if not ok:
+            raise CropUnsupported(
+                f"model '{self.loaded.name}': llama.cpp cannot remove part of a sequence from its memory "
+                "(recurrent or hybrid layers), so checkpoints could not be restored by a crop"
+            )
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def offset(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._tokens)
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "library": f"{WHEEL} {wheel_version()} (ik_llama.cpp)",
+            "threads": self.n_threads,
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_ctx,
+            "n_ubatch": self.n_ubatch,
+            "kv_type": "f16",
+            "flash_attn": False,
+            "weights": "GGUF as shipped",
+        }
+
+    def reset(self) -> None:
+        self._api.C.llama_kv_cache_clear(self._ctx)
+        self._tokens = []
+        self._last_logits = None
+
+    def sibling(self) -> LlamaCppEngine:
+        side = LlamaCppEngine(self.loaded, n_ctx=self.n_ctx, n_ubatch=self.n_ubatch, n_threads=self.n_threads)
+        side.account = self.account
+        return side
+
+    def kv_state(self) -> bytes:
+        """The sequence's KV cache as llama.cpp serialises it (for exactness checks; opaque bytes)."""
+        lib = self._api.lib
+        size = lib.llama_state_seq_get_size(self._ctx, 0, 0)
+        buf = (ctypes.c_uint8 * size)()
+        n = lib.llama_state_seq_get_data(self._ctx, buf, size, 0, 0)
+        return bytes(buf[:n])
+
+    @property
+    def last_logits(self) -> np.ndarray | None:
+        return None if self._last_logits is None else self._last_logits.copy()
+
+    # -- primitives ----------------------------------------------------------------------------
+    def _forward(self, ids: Sequence[int]) -> np.ndarray:
+        n = len(ids)
+        if n > self.n_ubatch:
+            raise RunFailed(
+                f"a segment of {n} tokens exceeds the engine's micro-batch ({self.n_ubatch}): it would be "
+                "split across forward passes, off the canonical schedule"
+            )
+        if self.offset + n > self.n_ctx:
+            raise RunFailed(f"the session needs more than the engine's context of {self.n_ctx} tokens")
+        C = self._api.C
+        batch = C.llama_batch_init(n, 0, 1)
+        try:
+            batch.n_tokens = n
+            for i, tok in enumerate(ids):
+                batch.token[i] = int(tok)
+                batch.pos[i] = self.offset + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1 if i == n - 1 else 0
+            rc = C.llama_decode(self._ctx, batch)
+        finally:
+            C.llama_batch_free(batch)
+        if rc != 0:
+            raise RunFailed(f"llama_decode failed (code {rc}) at position {self.offset}")
+        ptr = C.llama_get_logits_ith(self._ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        self._tokens.extend(int(t) for t in ids)
+        self.account.forwards += 1
+        self._last_logits = logits
+        return logits
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        """Run one segment through the model as a single chunk."""
+        if not ids:
+            return
+        self._forward(ids)
+        self.account.prefilled += len(ids)
+
+    def _truncate(self, offset: int) -> None:
+        if not 0 <= offset <= self.offset:
+            raise ValueError(f"cannot crop to {offset}: the cache holds {self.offset} tokens")
+        if offset < self.offset:
+            if not self._api.lib.llama_kv_cache_seq_rm(self._ctx, 0, offset, -1):
+                raise CropUnsupported(f"llama.cpp refused to remove positions {offset}.. of the sequence")
+            del self._tokens[offset:]
+        self._last_logits = None  # logits belong to the dropped position; a prefill comes next
+
+    def crop(self, offset: int) -> None:
+        """Restore the state that held the first ``offset`` tokens (a segment start)."""
+        self._truncate(offset)
+        self.account.reused += offset
+
+    @contextlib.contextmanager
+    def branch(self) -> Iterator[None]:
+        """Run continuations from the current state, then come back to it by a crop."""
+        start, logits = self.offset, self._last_logits
+        try:
+            yield
+        finally:
+            self._truncate(start)
+            self._last_logits = logits
+            self.account.reused += start
+
+    @staticmethod
+    def _pick(logits: np.ndarray, sampling: Sampling, gen: torch.Generator | None) -> int:
+        if sampling.temperature == 0:
+            return int(np.argmax(logits))
+        probs = torch.softmax(torch.from_numpy(logits) / sampling.temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=gen))
+
+    def decode(
+        self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling, prefix_ids: Sequence[int] = ()
+    ) -> list[int]:
+        """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
+        included). The state is left token-by-token: ``commit`` makes it canonical."""
+        if prefix_ids:
+            self.prefill(prefix_ids)
+        logits = self._last_logits
+        if logits is None:
+            raise RunFailed("decode needs a prefilled segment first (the state ends at a crop point)")
+        gen = torch.Generator().manual_seed(int(sampling.seed or 0)) if sampling.temperature > 0 else None
+        stops = set(stop_ids)
+        out: list[int] = []
+        for i in range(max_tokens):
+            tok = self._pick(logits, sampling, gen)
+            out.append(tok)
+            if tok in stops or i == max_tokens - 1:
+                break  # the last id is not fed here: commit feeds the whole turn
+            logits = self._forward([tok])
+        self.account.decoded += len(out)
+        return out
+
+    def commit(self, start: int, ids: Sequence[int]) -> None:
+        """Make the turn canonical: remove it, decode its ids again as one chunk."""
+        self._truncate(start)
+        self._forward(ids)
+        self.account.prefilled += len(ids)
+
+    def generate_turn(
+        self,
+        *,
+        prefix_ids: Sequence[int],
+        max_tokens: int,
+        stop_ids: Sequence[int],
+        closing_ids: Sequence[int],
+        closing_after_stop: Sequence[int],
+        sampling: Sampling,
+    ) -> list[int]:
+        """One model turn under the canonical schedule; returns the committed ids of the turn."""
+        start = self.offset
+        gen = self.decode(max_tokens=max_tokens, stop_ids=stop_ids, sampling=sampling, prefix_ids=prefix_ids)
+        ended = bool(gen) and gen[-1] in set(stop_ids)
+        turn = [*prefix_ids, *gen, *(closing_after_stop if ended else closing_ids)]
+        self.commit(start, turn)
+        return turn
+
+
+def bare_generate(
+    engine: LlamaCppEngine, ids: Sequence[int], max_tokens: int
+) -> tuple[list[int], float, float]:
+    """llama.cpp's own greedy loop on the same wheel (no eu-audit schedule, no accounting), for the
+    benchmark: one prompt batch, then one token per llama_decode. Returns (ids, prefill s, decode s)."""
+    import time
+
+    engine.reset()
+    t0 = time.perf_counter()
+    logits = engine._forward(ids)
+    t1 = time.perf_counter()
+    out: list[int] = []
+    for i in range(max_tokens):
+        tok = int(np.argmax(logits))
+        out.append(tok)
+        if i < max_tokens - 1:
+            logits = engine._forward([tok])
+    t2 = time.perf_counter()
+    engine.reset()
+    return out, t1 - t0, t2 - t1

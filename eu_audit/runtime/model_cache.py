@@ -1,0 +1,101 @@
+"""The local model cache verifies itself.
+
+A converted model (or a GGUF joined from parts) is a folder with a marker, ``eu-audit-model.json``: the
+source's sha256 and, per file, its size and sha256, written when the folder is made. Before a folder is
+used, each file's size and modification time are compared with the last verification (a stamp); a file
+that changed is hashed again (once per process) and compared with the marker. A mismatch or a missing
+file means the folder cannot be trusted: the caller converts again from the verified source, or fails
+with exit 3 naming the file. So flipped bytes or a truncated file never reach a forward pass while the
+bundle records the original weights' digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER = "eu-audit-model.json"
+STAMP = ".eu-audit-verified.json"
+_VERIFIED: set[str] = set()  # folders verified in this process
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in (MARKER, STAMP))
+
+
+def write_marker(folder: Path, name: str, source_sha256: str) -> None:
+    """Record what the folder holds, file by file (called on a fresh folder, before it is renamed into
+    place)."""
+    files = {
+        str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_of(p)} for p in _files(folder)
+    }
+    (folder / MARKER).write_text(json.dumps({"name": name, "source_sha256": source_sha256, "files": files}))
+
+
+def source_digest(folder: Path) -> str | None:
+    try:
+        return str(json.loads((folder / MARKER).read_text())["source_sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    problem: str = ""  # what is wrong, naming the file
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def verify(folder: Path, *, force: bool = False) -> Verdict:
+    """Is the folder what its marker says? Cheap when nothing changed since the last verification."""
+    key = str(folder.resolve())
+    if key in _VERIFIED and not force:
+        return Verdict(True)
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+        expected: dict[str, dict[str, object]] = marker["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return Verdict(False, f"{folder / MARKER}: missing or unreadable (an incomplete or older cache)")
+    try:
+        stamp = json.loads((folder / STAMP).read_text())
+    except (OSError, ValueError):
+        stamp = {}
+    fresh: dict[str, list[int]] = {}
+    for rel, meta in expected.items():
+        path = folder / rel
+        try:
+            st = path.stat()
+        except OSError:
+            return Verdict(False, f"{path}: missing from the model cache")
+        if st.st_size != meta.get("size"):
+            return Verdict(
+                False, f"{path}: {st.st_size} bytes, expected {meta.get('size')} (truncated or altered)"
+            )
+        now = [st.st_size, st.st_mtime_ns]
+        if not force and stamp.get(rel) == now:
+            fresh[rel] = now
+            continue
+        if sha256_of(path) != meta.get("sha256"):
+            return Verdict(False, f"{path}: its sha256 differs from the one written at conversion (altered)")
+        fresh[rel] = now
+    tmp = folder / f"{STAMP}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(fresh))
+        os.replace(tmp, folder / STAMP)
+    except OSError:
+        pass  # a read-only cache still verifies; it will hash again next time
+    _VERIFIED.add(key)
+    return Verdict(True)

@@ -1,0 +1,74 @@
+"""The package's structure: no import cycles, the runtime apart from the file format, built-ins that load
+through their registries, one matcher for every question about the target."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from eu_audit.matching import TargetMatcher
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import structure  # noqa: E402
+
+
+def test_the_package_has_no_import_cycles_and_the_runtime_never_imports_the_file_format() -> None:
+    graph = structure.import_graph(ROOT / "eu_audit")
+    assert structure.cycles(graph) == []
+    assert structure.forbidden_edges(graph) == []
+    # the rules are live: the agent does depend on the domain records (the trace), not on the bundle
+    assert "eu_audit.trace.records" in graph["eu_audit.runtime.agent"]
+
+
+def test_built_ins_load_through_their_registries_by_name() -> None:
+    """A fresh interpreter that imports only the registries finds every built-in: no module has to be
+    imported by hand (a new builder registers by being listed once, next to its registry)."""
+    code = (
+        "from eu_audit.suites.build import BUILDERS\n"
+        "from eu_audit.suites import LOADERS\n"
+        "from eu_audit.runtime.tools import TOOLSETS, TOOLS\n"
+        "from eu_audit.methods import METHODS\n"
+        "from eu_audit.audits.metrics import UTILITY_CHECKS\n"
+        "from eu_audit.sweeps import SWEEPS\n"
+        "print(BUILDERS.names(), LOADERS.names(), TOOLSETS.names(), METHODS.names(), "
+        "UTILITY_CHECKS.names(), SWEEPS.names(), 'transfer' in TOOLS)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "['agentdojo', 'bfcl-memory', 'bfcl-tools', 'preference']" in out
+    assert "['longmemeval']" in out
+    assert "agentdojo-banking" in out and "'bfcl'" in out and "'builtin'" in out
+    assert "'b7'" in out and "'excise'" in out
+    assert "['agentdojo']" in out
+    assert "'tau'" in out and out.strip().endswith("True")
+
+
+def test_registry_kinds_are_identifiers_because_they_name_entry_point_groups() -> None:
+    import pytest
+
+    from eu_audit.registry import Registry
+
+    with pytest.raises(ValueError, match="identifier"):
+        Registry("suite builders")
+
+
+def test_one_matcher_receipts_and_audits_agree_on_a_paraphrased_address() -> None:
+    """'12 Linden St' is the address: the receipt, the sink policy, B6's redaction and the audit all see
+    it, because they all ask the same matcher."""
+    from eu_audit.trace.records import SinkPolicy
+
+    m = TargetMatcher.of("12 Linden Street")
+    text = "Pick-up: 12 Linden St. at 8"
+    assert m.found_in(text)
+    assert m.redact(text, "[REDACTED]") == "Pick-up: [REDACTED]. at 8"
+    assert not m.found_in(m.redact(text, "[REDACTED]"))
+    policy = SinkPolicy(blocked_values=["12 Linden Street"], identifier_args={"book_taxi": ["pickup"]})
+    assert policy.blocks("book_taxi", {"pickup": "12 linden st"})
+
+
+def test_the_agent_is_split_and_no_class_dwarfs_the_rest() -> None:
+    fn, cls = structure.largest(ROOT / "eu_audit")
+    assert cls.lines < 400, cls
+    assert fn.lines < 120, fn

@@ -1,0 +1,175 @@
+"""The package's structure, drawn from its source: the import graph, its cycles, the layering rules, and
+the longest function and largest class.
+
+    python tools/structure.py [eu_audit]
+
+Every import counts, at module level or inside a function (a function-level import is still a
+dependency); only imports under ``if TYPE_CHECKING:`` are left out. Exit 1 when a rule is broken.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: (importer prefix, imported prefix): a module under the first must not import one under the second
+FORBIDDEN = [
+    ("eu_audit.runtime", "eu_audit.bundle"),  # the runtime works on the domain, not on the file format
+    ("eu_audit.trace", "eu_audit.bundle"),
+    ("eu_audit.bundle", "eu_audit.runtime.agent"),
+    ("eu_audit.audits.model", "eu_audit.audit"),  # the data model never imports its orchestrator
+    ("eu_audit.gate", "eu_audit.audit"),
+    ("eu_audit.audits.output", "eu_audit.audit"),
+]
+
+
+@dataclass(frozen=True)
+class Sized:
+    name: str
+    where: str
+    lines: int
+
+
+def modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for p in sorted(root.rglob("*.py")):
+        parts = list(p.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    return skip
+
+
+def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _target(name: str, mods: dict[str, Path]) -> str | None:
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    mods = modules(root)
+    pkg = root.name
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(mod, path.name == "__init__.py", node)
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for name in names:
+                if name.split(".")[0] == pkg:
+                    t = _target(name, mods)
+                    if t and t != mod:
+                        graph[mod].add(t)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def forbidden_edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    def under(mod: str, prefix: str) -> bool:
+        return mod == prefix or mod.startswith(prefix + ".")
+
+    return sorted(
+        (a, b)
+        for a, targets in graph.items()
+        for b in targets
+        for pa, pb in FORBIDDEN
+        if under(a, pa) and under(b, pb)
+    )
+
+
+def largest(root: Path) -> tuple[Sized, Sized]:
+    """(longest function, largest class) by lines."""
+    fn = cls = Sized("", "", 0)
+    for mod, path in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                size = Sized(
+                    node.name, f"{mod}:{node.lineno}", (node.end_lineno or node.lineno) - node.lineno + 1
+                )
+                if isinstance(node, ast.ClassDef):
+                    cls = max(cls, size, key=lambda s: s.lines)
+                else:
+                    fn = max(fn, size, key=lambda s: s.lines)
+    return fn, cls
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parent.parent / "eu_audit")
+    graph = import_graph(root)
+    found, bad = cycles(graph), forbidden_edges(graph)
+    for comp in found:
+        print("cycle:", " <-> ".join(comp))
+    for a, b in bad:
+        print(f"forbidden: {a} imports {b}")
+    fn, cls = largest(root)
+    edges = sum(map(len, graph.values()))
+    print(f"modules {len(graph)}, imports {edges}, cycles {len(found)}, forbidden {len(bad)}")
+    print(f"longest function: {fn.name} ({fn.lines} lines, {fn.where})")
+    print(f"largest class: {cls.name} ({cls.lines} lines, {cls.where})")
+    return 1 if found or bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
