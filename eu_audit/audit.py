@@ -132,6 +132,14 @@ def audit(
         return held[0]
 
     bundle, unlearned = ensure_post_forget(path, opts, the_engine, progress)
+    if bundle.header.engine == "agent":  # a black-box run: everything is in the bundle, no model runs
+        from eu_audit.blackbox.audit import audit_agent_bundle
+
+        if opts.serving:
+            raise BadInput("--serving audits a served engine's cache; a black-box bundle has no engine")
+        report = audit_agent_bundle(bundle, path, opts)
+        report.cost = {"wall_s": round(time.perf_counter() - t0, 1), "engine": "agent (no model runs)"}
+        return report
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     sessions = [
         s
@@ -342,6 +350,8 @@ def _floor_relative(st: StateAudit, ref: StateAudit, mine: SessionTrace, ref_tra
 
     st.values["cad"] = cad(mine, ref_trace, mine.session.episode.tau)
     st.values["agreement"] = token_agreement(st.sample_ids, ref.sample_ids)
+    if st.values["agreement"] is None and st.samples:
+        st.unmeasured["agreement"] = "not measurable: the samples carry no token ids (a black-box agent)"
     st.values["tool_consistency"] = tool_consistency(st.samples, ref.samples)
     st.values["tool_tv"] = total_variation(tool_distribution(st.samples), tool_distribution(ref.samples))
     st.values["ngram"] = ngram_distance(st.samples, ref.samples)

@@ -138,9 +138,30 @@ def record(
     concurrency: Annotated[
         int, typer.Option(min=1, help="Sessions in flight at once on a served engine (its batching).")
     ] = 1,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            help="Drive an agent eu-audit did not build instead (black box): http://host:port (the agent "
+            "contract, see `eu-audit schema agent-api`) or module:factory. Its own forget is called."
+        ),
+    ] = None,
+    serve: Annotated[
+        str | None,
+        typer.Option(
+            help="With --agent: the `eu-audit serve` the agent's model calls go through (pins the samples' "
+            "seeds; its log shows what reached the model after the forget)."
+        ),
+    ] = None,
+    k: Annotated[
+        int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
+    ] = 5,
     force: Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")] = False,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
+
+    With --agent, drive your own agent instead: the factual stream on one tenant, then the agent's own
+    forget, the future turns and the probes; the same on a fresh tenant fed the stream without the target
+    (the B5 reference). `eu-audit audit` then gates it, no model needed.
 
     Example:
 
@@ -149,6 +170,9 @@ def record(
     from eu_audit.record import RecordOptions
     from eu_audit.record import record as run_record
 
+    if agent is not None:
+        _record_agent(agent, serve, suite, n, seed, out_path, k, state_dir, force)
+        return
     opts = RecordOptions(
         suite=suite,
         n=n,
@@ -178,6 +202,46 @@ def record(
     _say(out, f"memory store and outbox: {res.state_dir}")
     if res.sidecar:
         _say(out, f"KV sidecar: {res.sidecar}")
+
+
+def _record_agent(
+    agent: str, serve: str | None, suite: str, n: int | None, seed: int, out_path: Path, k: int,
+    state_dir: Path | None, force: bool,
+) -> None:  # fmt: skip
+    from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+
+    opts = AgentRecordOptions(
+        agent=agent,
+        serve=serve,
+        suite=suite,
+        n=n,
+        seed=seed,
+        out=out_path,
+        k=k,
+        state_dir=state_dir,
+        force=force,
+    )
+    with _progress() as report:
+        bundle, path = record_agent(opts, progress=report)
+    table = Table(title=Text(f"{path}  (agent {agent})"))
+    for col in ("session", "episode", "forget", "skipped steps", "z in prompts after", "z in store"):
+        table.add_column(col)
+    for s in bundle.sessions:
+        r = s.residues[0] if s.residues else None
+        ctx = (
+            "no serve log"
+            if r is None or r.context_calls is None
+            else f"{r.context_calls_with_z}/{r.context_calls}"
+        )
+        store = "no dump" if r is None or r.store_items is None else f"{r.store_items_with_z}/{r.store_items}"
+        forget = s.agent_forgets[0].status if s.agent_forgets else "-"
+        skipped = ", ".join(f"t{x.t} {x.kind}" for x in s.session.skipped) or "-"
+        table.add_row(Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store)
+    out.print(table)
+    if not serve:
+        _say(
+            out, "without --serve: Leak@k, choices and residue_context are not measurable (the audit says so)"
+        )
 
 
 def _mean_text(values: list[int | None]) -> str:
@@ -385,7 +449,10 @@ def models(
 def schema(
     kind: Annotated[
         str,
-        typer.Argument(help="trace (a bundle line), episode (a suite line) or audit (the --json report)."),
+        typer.Argument(
+            help="trace (a bundle line), episode (a suite line), audit (the --json report) or agent-api "
+            "(the contract an agent under test serves)."
+        ),
     ] = "trace",
     out_path: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the schema here instead of stdout.")
@@ -406,8 +473,12 @@ def schema(
         from eu_audit.audits.model import AuditReport
 
         doc = {"$id": "eu-audit/audit@1", **AuditReport.model_json_schema()}
+    elif kind == "agent-api":
+        from eu_audit.blackbox.contract import json_schema as agent_api
+
+        doc = agent_api()
     else:
-        raise typer.BadParameter(f"unknown schema '{kind}' (trace, episode, audit)")
+        raise typer.BadParameter(f"unknown schema '{kind}' (trace, episode, audit, agent-api)")
     text = json.dumps(doc, indent=2)
     if out_path is None:
         sys.stdout.write(text + "\n")
@@ -636,6 +707,79 @@ def report(
         raise typer.BadParameter("give at least one --sweep or --audit")
     path = write_report(sweep_dir or [], audit_json or [], out_path, title, notes)
     _say(out, f"wrote {path}")
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str, typer.Option(help="Registered model, local HF directory or .gguf file.")
+    ] = "qwen2.5-coder-0.5b",
+    engine: Annotated[
+        str, typer.Option(help="KV engine: auto (llamacpp for GGUF models), llamacpp or hf.")
+    ] = "auto",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8088,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    log: Annotated[
+        Path | None, typer.Option(help="JSONL log of every request (mode 0600: prompts may hold targets).")
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="Proxy mode: forward to this OpenAI-compatible base URL (still logging and pinning)."
+        ),
+    ] = None,
+    pin: Annotated[
+        str,
+        typer.Option(help="Decoding until the harness says otherwise: greedy, or agent (its own settings)."),
+    ] = "greedy",
+) -> None:
+    """Serve the model the agent under test talks to: OpenAI-compatible /v1/chat/completions (with tools),
+    /v1/completions, /v1/embeddings (MiniLM), /v1/models; /health and /eu-audit/v1/progress. Every request
+    is logged; the harness pins decoding. Point the agent's OPENAI_BASE_URL at http://HOST:PORT/v1.
+
+    Example:
+
+    [bold]eu-audit serve --model smollm2-135m --port 8088 --log serve.jsonl[/]
+    """
+    from eu_audit.blackbox.serve import run_server
+    from eu_audit.jsonl import check_output_path
+
+    if pin not in ("greedy", "agent"):
+        raise typer.BadParameter("--pin must be greedy or agent")
+    if log is not None:
+        check_output_path(log)
+    _say(err, f"eu-audit serve: loading {upstream or model} ...")
+    run_server(model=model, engine=engine, host=host, port=port, log_path=log, upstream=upstream, pin=pin)
+
+
+@app.command("agent")
+def agent_cmd(
+    serve_url: Annotated[str, typer.Option("--serve", help="The eu-audit serve its model calls go through.")],
+    forget: Annotated[
+        str, typer.Option(help="Its forget: b7 (selective replay) or b1 (memory delete).")
+    ] = "b7",
+    model: Annotated[str, typer.Option(help="The model serve runs (for its tokenizer).")] = "smollm2-135m",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 9000,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    max_tokens: Annotated[int, typer.Option(min=1, help="Cap on tokens per model turn.")] = 48,
+) -> None:
+    """Run eu-audit's own runtime as an agent under test, over the agent contract: the passing control
+    of a black-box gate (--forget b7) or the failing one (--forget b1).
+
+    Example:
+
+    [bold]eu-audit agent --serve http://127.0.0.1:8088 --forget b7 --port 9000[/]
+    """
+    from eu_audit.blackbox.agent_server import run_agent_server
+    from eu_audit.blackbox.reference import ReferenceAgent
+    from eu_audit.runtime.engine import open_engine
+
+    if forget not in ("b7", "b1"):
+        raise typer.BadParameter("--forget must be b7 or b1")
+    engine = open_engine("openai", model, server=serve_url)
+    ref = ReferenceAgent(engine, forget=forget, max_tokens=max_tokens)  # type: ignore[arg-type]
+    _say(err, f"eu-audit agent (forget = {forget}) on http://{host}:{port}, model via {serve_url}")
+    run_agent_server(ref, host=host, port=port)
 
 
 @suites_app.command("list")

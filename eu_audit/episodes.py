@@ -99,7 +99,8 @@ class Episode(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Episode:
         sources = [i for i, s in enumerate(self.steps) if s.source]
-        if not sources:
+        if not sources and not self.meta.get("live"):
+            # (a live session a served agent is having has no script: its source is found on a forget)
             raise ValueError("no step carries the target (set 'source' on the acquisition step)")
         for i in sources:
             step = self.steps[i]

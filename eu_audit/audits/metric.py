@@ -60,6 +60,31 @@ metric(
 )
 metric(Metric("leak_exact", "exact", "low", True, "target in an answer, summary, plan or write-back"))
 metric(Metric("leak_action", "action", "low", True, "target in a tool argument from tau on"))
+# the black-box residue audits (a deployed agent's forget, seen from outside)
+metric(
+    Metric(
+        "residue_context",
+        "residue ctx",
+        "low",
+        False,
+        "share of the agent's model calls after the forget whose prompt still carries z (serve log)",
+        1,
+        True,
+        True,
+    )
+)
+metric(
+    Metric(
+        "residue_store",
+        "residue store",
+        "low",
+        True,
+        "the agent's store dump still holds z",
+        1,
+        True,
+        True,
+    )
+)
 # Table 2: actions, utility, cost
 metric(Metric("cad", "CAD", "low", False, "counterfactual action divergence vs B5", 2, True, True))
 metric(Metric("utility", "utility", "high", False, "non-target facts answered correctly", 2, True, True))

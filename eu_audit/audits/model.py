@@ -4,7 +4,7 @@ Markdown report; written by the orchestrator (``eu_audit.audit``)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -43,6 +43,8 @@ class StateAudit(BaseModel):
     #: B5 only: k more samples under other seeds (B5 against itself: the sampling floor)
     floor_samples: list[str] = Field(default_factory=list)
     sample_ids: list[list[int]] = Field(default_factory=list)  # generated ids of ``samples``
+    #: a black-box state: where the target still was (tier -> count) and one quoted example per side
+    residue: dict[str, Any] = Field(default_factory=dict)
     floor_sample_ids: list[list[int]] = Field(default_factory=list)
     _cost_s: float = PrivateAttr(default=0.0)
 

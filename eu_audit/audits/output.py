@@ -91,7 +91,16 @@ def verdicts(report: AuditReport) -> dict[str, str]:
 
         says = above("leak_any") or above("leak5")
         behaves = above("leak_probes") or above("cad") or above("avoid")
-        out[method] = "still leaks" if says else "only stops saying" if behaves else "forgets"
+        keeps = above("residue_context") or above("residue_store")
+        out[method] = (
+            "still leaks"
+            if says
+            else "only stops saying"
+            if behaves
+            else "still holds the target"
+            if keeps
+            else "forgets"
+        )
     return out
 
 
@@ -117,6 +126,13 @@ def summary_lines(report: AuditReport) -> list[str]:
         )
     if groups.get("still leaks"):
         lines.append(f"Still leak the target in what they say or do: {', '.join(groups['still leaks'])}.")
+    if groups.get("still holds the target"):
+        lines.append(
+            "Say nothing of it, but still hold the target where the next turn reads it (prompts, store): "
+            + ", ".join(groups["still holds the target"])
+            + "."
+        )
+    lines += residue_lines(report)
     if groups.get("not measured (no floor)"):
         lines.append(
             "Not measured without the B5 floor (run with --floor to compare): "
@@ -150,10 +166,38 @@ def summary_lines(report: AuditReport) -> list[str]:
         )
     if report.cost:
         c = report.cost
-        lines.append(
-            f"Cost: {c.get('wall_s')} s wall on {c.get('engine')}, {c.get('cores')} cores, "
-            f"{c.get('wall_s_per_session')} s per session ({c.get('resumed_states', 0)} state(s) resumed)."
-        )
+        line = f"Cost: {c.get('wall_s')} s wall on {c.get('engine')}"
+        if c.get("cores"):
+            line += (
+                f", {c.get('cores')} cores, {c.get('wall_s_per_session')} s per session "
+                f"({c.get('resumed_states', 0)} state(s) resumed)"
+            )
+        lines.append(line + ".")
+    return lines
+
+
+def residue_lines(report: AuditReport) -> list[str]:
+    """Where a black-box agent still held the target after its forget, in words, with one example."""
+    lines = []
+    for method in row_order(report):
+        states = [s for s in report.states if s.method == method and s.residue]
+        ctx: dict[str, int] = {}
+        store: dict[str, int] = {}
+        for st in states:
+            for k, v in st.residue.get("context_tiers", {}).items():
+                ctx[k] = ctx.get(k, 0) + v
+            for k, v in st.residue.get("store_tiers", {}).items():
+                store[k] = store.get(k, 0) + v
+        if ctx:
+            example = next(s.residue["context_example"] for s in states if s.residue.get("context_example"))
+            where = ", ".join(f"{k} ({v} calls)" for k, v in sorted(ctx.items(), key=lambda kv: -kv[1]))
+            lines.append(
+                f"{method}: after the forget, z still reached the model in: {where}; e.g. {example!r}"
+            )
+        if store:
+            example = next(s.residue["store_example"] for s in states if s.residue.get("store_example"))
+            where = ", ".join(f"{k} ({v} items)" for k, v in sorted(store.items(), key=lambda kv: -kv[1]))
+            lines.append(f"{method}: its store dump still holds z in: {where}; e.g. {example!r}")
     return lines
 
 

@@ -14,6 +14,8 @@ middle of an episode is a failed run (exit 3). The harness adds which episode an
 from __future__ import annotations
 
 import importlib
+import os
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -39,6 +41,7 @@ from eu_audit.http import HttpFailure, HttpStatus, Unreachable, request_json
 from eu_audit.registry import Registry
 
 M = TypeVar("M", bound=BaseModel)
+TIMEOUT_ENV = "EU_AUDIT_AGENT_TIMEOUT"  # seconds an agent may take per operation (default 300)
 
 
 @runtime_checkable
@@ -53,6 +56,8 @@ class AgentUnderTest(Protocol):
     def send(self, session_id: str, message: Message) -> Turn: ...
 
     def fork(self, session_id: str) -> str: ...
+
+    def compact(self, session_id: str) -> Turn: ...
 
     def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn: ...
 
@@ -71,14 +76,22 @@ class AgentFailed(RunFailed):
     """The agent failed, timed out or answered outside the contract while driven (exit 3)."""
 
 
+def _q(part: str) -> str:
+    """A session id or tenant as one path segment, whatever characters it holds."""
+    return urllib.parse.quote(part, safe="")
+
+
 class HttpAgent:
     """An agent serving the JSON-over-HTTP contract at ``base_url``."""
 
-    def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
+    def __init__(self, base_url: str, *, timeout: float | None = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise BadInput(f"agent URL '{base_url}' must start with http:// or https://")
         self.base = base_url.rstrip("/")
-        self.timeout = timeout
+        try:
+            self.timeout = timeout or float(os.environ.get(TIMEOUT_ENV, 300))
+        except ValueError:
+            raise BadInput(f"{TIMEOUT_ENV} must be a number of seconds") from None
 
     def _call(self, method: str, path: str, answer: type[M], body: BaseModel | None = None) -> M:
         url = f"{self.base}{PREFIX}{path}"
@@ -116,22 +129,25 @@ class HttpAgent:
         return self._call("POST", "/sessions", Session, body).session_id
 
     def send(self, session_id: str, message: Message) -> Turn:
-        return self._call("POST", f"/sessions/{session_id}/messages", Turn, message)
+        return self._call("POST", f"/sessions/{_q(session_id)}/messages", Turn, message)
 
     def fork(self, session_id: str) -> str:
-        return self._call("POST", f"/sessions/{session_id}/fork", Session).session_id
+        return self._call("POST", f"/sessions/{_q(session_id)}/fork", Session).session_id
+
+    def compact(self, session_id: str) -> Turn:
+        return self._call("POST", f"/sessions/{_q(session_id)}/compact", Turn)
 
     def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
-        return self._call("POST", f"/tenants/{tenant}/memory", Turn, record)
+        return self._call("POST", f"/tenants/{_q(tenant)}/memory", Turn, record)
 
     def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
-        return self._call("POST", f"/tenants/{tenant}/forget", ForgetReceipt, request)
+        return self._call("POST", f"/tenants/{_q(tenant)}/forget", ForgetReceipt, request)
 
     def reset(self, tenant: str) -> None:
-        self._call("POST", f"/tenants/{tenant}/reset", Ok)
+        self._call("POST", f"/tenants/{_q(tenant)}/reset", Ok)
 
     def dump(self, tenant: str) -> StoreDump:
-        return self._call("GET", f"/tenants/{tenant}/dump", StoreDump)
+        return self._call("GET", f"/tenants/{_q(tenant)}/dump", StoreDump)
 
 
 #: adapter kind -> factory from the part after ``kind:`` (or the whole URL for http / https)

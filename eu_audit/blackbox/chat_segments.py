@@ -34,7 +34,7 @@ def tools_text(tools: list[dict[str, Any]]) -> str:
         fn = t.get("function", t)
         params = ", ".join((fn.get("parameters") or {}).get("properties", {}))
         lines.append(f"- {fn.get('name', '?')}({params}): {fn.get('description', '')}".rstrip(": "))
-    return TOOL_PROMPT.replace("{{", "{").replace("}}", "}").format(tools="\n".join(lines))
+    return TOOL_PROMPT.format(tools="\n".join(lines))
 
 
 def message_text(msg: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ An agent serves, on its own base URL:
 | ``POST /eu-audit/v1/sessions`` | ``StartSession`` | ``Session`` |
 | ``POST /eu-audit/v1/sessions/{session_id}/messages`` | ``Message`` | ``Turn`` |
 | ``POST /eu-audit/v1/sessions/{session_id}/fork`` (optional) | | ``Session`` |
+| ``POST /eu-audit/v1/sessions/{session_id}/compact`` (optional) | | ``Turn`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/memory`` (optional) | ``MemoryRecord`` | ``Turn`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/forget`` | ``ForgetRequest`` | ``ForgetReceipt`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/reset`` | | ``Ok`` |
@@ -124,6 +125,7 @@ ENDPOINTS: list[tuple[str, str, type[BaseModel] | None, type[BaseModel], bool]] 
     ("POST", "/sessions", StartSession, Session, True),
     ("POST", "/sessions/{session_id}/messages", Message, Turn, True),
     ("POST", "/sessions/{session_id}/fork", None, Session, False),
+    ("POST", "/sessions/{session_id}/compact", None, Turn, False),
     ("POST", "/tenants/{tenant}/memory", MemoryRecord, Turn, False),
     ("POST", "/tenants/{tenant}/forget", ForgetRequest, ForgetReceipt, True),
     ("POST", "/tenants/{tenant}/reset", None, Ok, True),

@@ -111,22 +111,40 @@ class ReferenceAgent:
         )
 
     def _new_agent(
-        self, tenant: str, episode: Episode, tools: dict[str, RuntimeTool], seed: int, **kw: Any
+        self,
+        tenant: str,
+        episode: Episode,
+        tools: dict[str, RuntimeTool],
+        seed: int,
+        memory: MemoryStore | None = None,
+        **kw: Any,
     ) -> Agent:
         settings = AgentSettings(max_tokens=self.max_tokens, seed=seed, host_tools=True, **kw)
+        store = self.memory if memory is None else memory
         return Agent(
-            self.engine.sibling(), self.chat, episode, tenant, settings, self.memory, self.outbox, tools=tools
+            self.engine.sibling(), self.chat, episode, tenant, settings, store, self.outbox, tools=tools
         )
 
     def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
         with self._lock:
-            sid = f"{tenant}/{next(self._ids)}"
+            sid = f"{tenant}~{next(self._ids)}"
             specs = runtime_tools(tools)
             episode = Episode.model_construct(
-                id=sid, suite="live", toolset="host", tools=list(specs), memory=[], env={},
-                counterfactual_env=None, target=Target(value=""), steps=[], meta={}, system=None,
-                description="", checkpoint_policy=None, format="eu-audit/episode@1",
-            )  # fmt: skip
+                id=sid,
+                suite="live",
+                toolset="host",
+                tools=list(specs),
+                memory=[],
+                env={},
+                counterfactual_env=None,
+                target=Target(value=""),
+                steps=[],
+                meta={"live": True},
+                system=None,
+                description="",
+                checkpoint_policy=None,
+                format="eu-audit/episode@1",
+            )
             agent = self._new_agent(tenant, episode, specs, seed)
             agent.start()
             self.sessions[sid] = LiveSession(sid, tenant, agent, episode, specs, seed)
@@ -169,18 +187,30 @@ class ReferenceAgent:
         changes the original."""
         with self._lock:
             live = self._session(session_id)
-            sid = f"{live.tenant}/{next(self._ids)}"
+            sid = f"{live.tenant}~{next(self._ids)}"
             episode = live.episode.model_copy(deep=True)
+            # a scratch store: restoring a fork rebuilds memory from the script, which must never write
+            # back into the tenant's persistent store (a deleted record would come back)
             agent = self._new_agent(
-                live.tenant, episode, live.tools, live.seed, world=live.agent.settings.world
+                live.tenant,
+                episode,
+                live.tools,
+                live.seed,
+                memory=MemoryStore(Path(":memory:")),
+                world=live.agent.settings.world,
             )
             trace = live.agent.trace()
             from eu_audit.checkpoints import Checkpoint, CheckpointReason, manifest_at
 
             here = Checkpoint(
-                id="fork", boundary=live.agent.t, reasons=[CheckpointReason.turn], token_offset=0,
-                cache_handle="", env_snapshot_id="", manifest=manifest_at(trace.blocks, live.agent.t),
-            )  # fmt: skip
+                id="fork",
+                boundary=live.agent.t,
+                reasons=[CheckpointReason.turn],
+                token_offset=0,
+                cache_handle="",
+                env_snapshot_id="",
+                manifest=manifest_at(trace.blocks, live.agent.t),
+            )
             agent.resume(trace, here, held=[])
             self.sessions[sid] = LiveSession(sid, live.tenant, agent, episode, live.tools, live.seed)
             return sid
@@ -271,14 +301,19 @@ class ReferenceAgent:
         hint = request.hint
         sanitized = (
             hint.sanitized
-            if hint is not None and hint.sanitized is not None and hint.source_text is not None
+            if hint is not None
+            and hint.sanitized is not None
+            and hint.source_text is not None
             and TargetMatcher.of(hint.source_text).found_in(step.content)
             else matcher.redact(step.content, "")
-        )  # fmt: skip
+        )
+        if matcher.found_in(sanitized):
+            sanitized = matcher.redact(sanitized, "")  # a hint that still holds z is not a sanitized text
         episode = live.episode.model_copy(deep=True)
         episode.steps[tau - 1] = step.model_copy(
             update={"counterfactual": sanitized, "source": f"src-t{tau}"}
         )
+        episode.target = Target(value=request.target, variants=list(request.variants))
         store = CheckpointStore()
         store.items = list(trace.checkpoints)
         c_star = store.latest_before(tau)
@@ -291,9 +326,16 @@ class ReferenceAgent:
             shadow_consequential=True,
         )
         agent = Agent(
-            self.engine.sibling(), self.chat, episode, live.tenant, settings, self.memory, self.outbox,
-            replay=replay, tools=live.tools,
-        )  # fmt: skip
+            self.engine.sibling(),
+            self.chat,
+            episode,
+            live.tenant,
+            settings,
+            self.memory,
+            self.outbox,
+            replay=replay,
+            tools=live.tools,
+        )
         stats = replay_suffix(agent, _as_trace(trace, episode), c_star, tau - 1, held=[])
         live.agent, live.episode = agent, episode
         return stats.transitions

@@ -336,6 +336,10 @@ class Routes:
             {
                 "endpoint": "/v1/completions",
                 "prompt_text": b.text_of(ids),
+                # each segment with its chat markers, so the log can tell which role carried what
+                "segments": [b.engine.tokenizer.decode(seg, skip_special_tokens=False) for seg in segs]
+                if b.engine is not None and len(segs) > 1
+                else [],
                 "reply": text,
                 "decoding": self.pin.__dict__ | {"used": self.pin.sampling(body).__dict__},
                 "usage": usage,
@@ -393,8 +397,17 @@ def create_app(backend: Backend, log: RequestLog, decoding: Decoding | None = No
     async def failed(_: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": {"message": str(exc), "type": "server_error"}}, status_code=502)
 
+    async def crashed(_: Request, exc: Exception) -> JSONResponse:
+        import traceback
+
+        traceback.print_exception(exc)  # the server's stderr: a bug of ours, kept visible
+        return JSONResponse(
+            {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}}, 500
+        )
+
     app.add_exception_handler(BadInput, bad)
     app.add_exception_handler(RunFailed, failed)
+    app.add_exception_handler(Exception, crashed)
     routes: list[tuple[str, Callable[..., Any], str]] = [
         ("/health", r.health, "GET"),
         ("/v1/models", r.models, "GET"),

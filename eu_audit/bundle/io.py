@@ -18,14 +18,17 @@ from eu_audit.bundle.records import (
     RECORD_ADAPTER,
     SCHEMA_VERSION,
     SESSION_SCOPED,
+    AgentForgetRecord,
     BlockRecord,
     CheckpointRecord,
+    ElicitationRecord,
     EndRecord,
     ForgetRequest,
     Header,
     LedgerRecord,
     ObservationRecord,
     ReceiptRecord,
+    ResidueRecord,
     SessionRecord,
     ToolCallRecord,
 )
@@ -150,6 +153,12 @@ def _attach(trace: SessionTrace, rec: Any, path: Path, lineno: int) -> None:
         trace.ledgers.append(rec)
     elif isinstance(rec, ReceiptRecord):
         trace.receipts.append(rec)
+    elif isinstance(rec, ElicitationRecord):
+        trace.elicitations.append(rec)
+    elif isinstance(rec, ResidueRecord):
+        trace.residues.append(rec)
+    elif isinstance(rec, AgentForgetRecord):
+        trace.agent_forgets.append(rec)
 
 
 def write_bundle(path: str | Path, records: Iterable[BaseModel]) -> Path:

@@ -15,9 +15,11 @@ from pydantic import Field, TypeAdapter
 
 from eu_audit.trace.records import (
     SCHEMA_VERSION,
+    AgentForgetRecord,
     BlockRecord,
     CheckpointRecord,
     Decoding,
+    ElicitationRecord,
     ForgetRequest,
     Header,
     LedgerRecord,
@@ -26,6 +28,7 @@ from eu_audit.trace.records import (
     ObservationRecord,
     Occurrence,
     ReceiptRecord,
+    ResidueRecord,
     SessionRecord,
     SinkPolicy,
     TargetInfo,
@@ -49,6 +52,9 @@ Record = Annotated[
     | ForgetRequest
     | LedgerRecord
     | ReceiptRecord
+    | ElicitationRecord
+    | ResidueRecord
+    | AgentForgetRecord
     | EndRecord,
     Field(discriminator="type"),
 ]
@@ -62,6 +68,9 @@ SESSION_SCOPED = (
     ForgetRequest,
     LedgerRecord,
     ReceiptRecord,
+    ElicitationRecord,
+    ResidueRecord,
+    AgentForgetRecord,
 )
 
 

@@ -82,6 +82,14 @@ class SinkPolicy(_Record):
         )
 
 
+class SkippedStep(_Record):
+    """A step of the episode a black-box run could not drive, and why (e.g. the agent lacks an operation)."""
+
+    t: int
+    kind: str
+    reason: str
+
+
 class SessionRecord(_Record):
     type: Literal["session"] = "session"
     session_id: str
@@ -97,6 +105,7 @@ class SessionRecord(_Record):
     parent_session: str | None = None  # the recorded session a post-forget state derives from
     kv_excised: list[tuple[int, int]] = Field(default_factory=list)  # positions cut from the final cache
     sink_policy: SinkPolicy | None = None  # information-flow sink policy in force (B8, B9)
+    skipped: list[SkippedStep] = Field(default_factory=list)  # black-box runs: steps not driven, and why
     episode: Episode  # the script, counterfactual stream included: bundles are self-contained for replay
 
 
@@ -182,3 +191,45 @@ class ReceiptRecord(_Record):
     occurrences: list[Occurrence] = Field(default_factory=list)
     blocked_sinks: int = 0  # pending calls a sink policy would block
     shadowed_calls: int = 0  # consequential calls replay shadow-executed instead of firing
+
+
+class ElicitationRecord(_Record):
+    """A black-box run's probe, sample or choice, asked of the agent after its forget (or of the B5
+    reference tenant): the audits read these instead of running the model again."""
+
+    type: Literal["elicitation"] = "elicitation"
+    session_id: str
+    kind: Literal["probe", "sample", "choice"]
+    name: str  # the probe's id, or "task" for samples and the choice step for choices
+    where: Literal["fork", "fresh session"]  # a fork of the session, or a new session of the same tenant
+    prompt: str
+    answer: str
+    seed: int | None = None  # the seed serve pinned for a sample (None: greedy)
+
+
+class ResidueRecord(_Record):
+    """What a black-box agent still holds of the target where it can be seen from outside: in the prompts
+    its model received after the forget (the serve log), and in its store dump."""
+
+    type: Literal["residue"] = "residue"
+    session_id: str
+    context_calls: int | None = None  # model calls after the forget (None: no serve log)
+    context_calls_with_z: int | None = None
+    context_tiers: dict[str, int] = Field(default_factory=dict)  # where in the prompt z was: which tier
+    context_example: str = ""  # one prompt snippet that still carried z
+    store_items: int | None = None  # items in the store dump (None: the agent offers no dump)
+    store_items_with_z: int | None = None
+    store_tiers: dict[str, int] = Field(default_factory=dict)  # store name -> items holding z
+    store_example: str = ""
+    serve_log_digest: str = ""  # sha256 of the serve log when these were read
+
+
+class AgentForgetRecord(_Record):
+    """The agent's own forget, as it answered it (kept verbatim)."""
+
+    type: Literal["agent_forget"] = "agent_forget"
+    session_id: str
+    status: str
+    detail: str = ""
+    receipt: dict[str, Any] = Field(default_factory=dict)
+    wall_s: float | None = None

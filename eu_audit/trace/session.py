@@ -18,13 +18,16 @@ from eu_audit.matching import TargetMatcher
 from eu_audit.provenance import ArtifactGraph
 from eu_audit.runtime.blocks import RuntimeBlock
 from eu_audit.trace.records import (
+    AgentForgetRecord,
     BlockRecord,
     CheckpointRecord,
+    ElicitationRecord,
     ForgetRequest,
     Header,
     LedgerRecord,
     ObservationRecord,
     ReceiptRecord,
+    ResidueRecord,
     SessionRecord,
     ToolCallRecord,
 )
@@ -42,6 +45,10 @@ class SessionTrace:
     forget_requests: list[ForgetRequest] = field(default_factory=list)
     ledgers: list[LedgerRecord] = field(default_factory=list)
     receipts: list[ReceiptRecord] = field(default_factory=list)
+    # a black-box run's own records (empty for sessions eu-audit's runtime ran)
+    elicitations: list[ElicitationRecord] = field(default_factory=list)
+    residues: list[ResidueRecord] = field(default_factory=list)
+    agent_forgets: list[AgentForgetRecord] = field(default_factory=list)
 
     @property
     def session_id(self) -> str:
@@ -85,6 +92,9 @@ class SessionTrace:
         out += self.forget_requests
         out += self.ledgers
         out += self.receipts
+        out += self.elicitations
+        out += self.residues
+        out += self.agent_forgets
         return out
 
 

@@ -1,0 +1,541 @@
+"""``eu-audit record --agent``: drive suite episodes through an agent eu-audit did not build.
+
+Per episode, two tenants:
+
+1. **agent** (tenant A): the factual stream up to the end of the contamination phase (user turns as
+   messages; the agent's tool calls answered from the suite's toolset on eu-audit's environment,
+   consequential ones written once to the real outbox; memory steps through the agent's memory
+   capability, else skipped with the reason), then **the agent's own forget**, then the episode's
+   future turns, then the elicitations: the six probes, k seeded samples of the task probe and, for the
+   preference suite, k choices (each on a fork of the session, or a fresh session of the same tenant when
+   the agent cannot fork), then its store dump.
+2. **b5** (tenant B, fresh): the counterfactual stream (the same script without z), no forget, the same
+   future turns, elicitations and dump. This is the floor every figure is compared with.
+
+Everything the audits need is kept in the bundle (messages, replies, actions, the forget receipt as the
+agent returned it, the elicitations, and what the serve log and the store dump still hold of z), under
+the methods ``agent`` and ``b5``, so ``eu-audit audit`` needs neither the agent nor a model, and gates
+read ``agent.leak_probes<=floor``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from eu_audit import __version__
+from eu_audit.audits.probes import load_probes, task_request
+from eu_audit.blackbox.adapter import AgentFailed, AgentUnderTest, AgentUnreachable, open_agent
+from eu_audit.blackbox.contract import (
+    API_VERSION,
+    Capabilities,
+    ForgetHint,
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    ToolSpec,
+    Turn,
+)
+from eu_audit.blackbox.residue import context_residue, store_residue
+from eu_audit.bundle.io import write_bundle
+from eu_audit.episodes import Episode, Phase, Step, StepKind
+from eu_audit.errors import BadInput, EuAuditError, RunFailed
+from eu_audit.http import HttpFailure, request_json
+from eu_audit.record import pick_episodes
+from eu_audit.runtime.agent import INSTRUCTIONS
+from eu_audit.runtime.blocks import BlockType, RuntimeBlock
+from eu_audit.runtime.memory import Outbox
+from eu_audit.runtime.tools import ToolError, load_toolset
+from eu_audit.runtime.world import World, WorldView
+from eu_audit.suites import load_suite
+from eu_audit.trace.records import (
+    AgentForgetRecord,
+    Decoding,
+    ElicitationRecord,
+    Header,
+    ModelInfo,
+    SessionRecord,
+    SkippedStep,
+    TargetInfo,
+    ToolCallRecord,
+)
+from eu_audit.trace.session import Bundle, SessionTrace
+
+Progress = Callable[[str, int, int], None]
+METHODS: tuple[tuple[str, World], ...] = (("agent", "factual"), ("b5", "counterfactual"))
+Kind = Literal["probe", "sample", "choice"]
+
+
+@dataclass
+class AgentRecordOptions:
+    agent: str  # http://host:port or module:factory
+    out: Path = Path("trace.jsonl")
+    suite: str = "builtin"
+    n: int | None = None
+    seed: int = 0
+    serve: str | None = None  # the eu-audit serve the agent's model calls go through
+    k: int = 5  # samples of the task probe (and choices) per state
+    temperature: float = 0.7
+    max_tool_rounds: int = 3  # tool call -> result -> reply rounds per message
+    state_dir: Path | None = None  # the outbox (default: <out>.state/)
+    force: bool = False
+
+
+class ServeControl:
+    """The harness's hold on ``eu-audit serve``: marks, pinned decoding, the log."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url.rstrip("/") if url else None
+
+    def _call(self, path: str, body: Any = None) -> Any:
+        if self.url is None:
+            return None
+        try:
+            return request_json(self.url + path, "POST" if body is not None else "GET", body, timeout=60)
+        except HttpFailure as exc:
+            raise RunFailed(f"eu-audit serve at {self.url}: {exc}") from None
+
+    def info(self) -> dict[str, Any]:
+        if self.url is None:
+            return {}
+        try:
+            return dict(self._call("/eu-audit/v1/info"))
+        except RunFailed as exc:
+            raise BadInput(f"--serve {self.url} is not an eu-audit serve that answers: {exc}") from None
+
+    def mark(self, **tag: Any) -> None:
+        self._call("/eu-audit/v1/mark", {"tag": tag})
+
+    def greedy(self) -> None:
+        self._call("/eu-audit/v1/decoding", {"mode": "greedy"})
+
+    def sampled(self, temperature: float, seed: int) -> None:
+        self._call("/eu-audit/v1/decoding", {"mode": "sampled", "temperature": temperature, "seed": seed})
+
+    def log(self) -> tuple[list[dict[str, Any]], str]:
+        got = self._call("/eu-audit/v1/log?since=0")
+        return (list(got.get("entries", [])), str(got.get("digest", ""))) if got else ([], "")
+
+
+@dataclass
+class Transcript:
+    """One tenant's run as a session trace: every message and reply a block, every action a call."""
+
+    sid: str
+    blocks: list[RuntimeBlock] = field(default_factory=list)
+    calls: list[ToolCallRecord] = field(default_factory=list)
+    skipped: list[SkippedStep] = field(default_factory=list)
+    post_forget: list[str] = field(default_factory=list)  # block ids after the forget
+
+    def add(self, btype: BlockType, t: int, text: str, *, derived: bool = False, after: bool = False) -> str:
+        bid = f"b{len(self.blocks)}"
+        self.blocks.append(RuntimeBlock(id=bid, type=btype, turn=t, text=text, derived=derived))
+        if after:
+            self.post_forget.append(bid)
+        return bid
+
+
+class Driver:
+    """Drives one tenant through one episode in one world."""
+
+    def __init__(
+        self,
+        agent: AgentUnderTest,
+        caps: Capabilities,
+        serve: ServeControl,
+        outbox: Outbox,
+        ep: Episode,
+        opts: AgentRecordOptions,
+        sid: str,
+        world: World,
+        tenant: str,
+    ) -> None:
+        self.agent, self.caps, self.serve, self.outbox = agent, caps, serve, outbox
+        self.ep, self.opts, self.sid, self.tenant = ep, opts, sid, tenant
+        self.view = WorldView(ep, world)
+        self.env = self.view.environment()
+        # the counterfactual world's environment, moved by the same actions: what the observation at tau
+        # would have been without z (the hint a forget request brings; A2)
+        self.shadow = WorldView(ep, "counterfactual").environment() if self.view.factual else None
+        self.observed: dict[int, tuple[str, str | None]] = {}  # t -> (observation, its counterfactual)
+        self.toolset = load_toolset(ep.toolset)
+        self.tools = [self._spec(name) for name in ep.tools if name in self.toolset]
+        self.tx = Transcript(sid)
+        self.after = False
+        self.session = ""
+
+    def _spec(self, name: str) -> ToolSpec:
+        spec = self.toolset[name]
+        props = {
+            p: {
+                "type": "string"
+                if t in ("str", "address")
+                else "number"
+                if t in ("float", "int")
+                else "string"
+            }
+            for p, t in spec.params.items()
+        }
+        return ToolSpec(
+            function={
+                "name": name,
+                "description": spec.description,
+                "parameters": {"type": "object", "properties": props},
+            }
+        )
+
+    def where(self, t: int, step: Step | None, endpoint: str) -> str:
+        what = f"step {t} ({step.kind.value})" if step is not None else endpoint
+        return f"episode {self.ep.id}, {self.sid}, {what}"
+
+    def call(self, what: str, fn: Callable[[], Any]) -> Any:
+        return guarded(what, fn)
+
+    def start(self) -> None:
+        self.call(self.where(0, None, "reset"), lambda: self.agent.reset(self.tenant))
+        self.session = self.call(
+            self.where(0, None, "start"),
+            lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools),
+        )
+
+    # -- the stream ----------------------------------------------------------------------------
+    def reply(self, t: int, step: Step | None, turn: Turn, *, pending: bool = False) -> None:
+        """Record the agent's turn; answer its tool calls (unless they are a pending plan)."""
+        for _ in range(self.opts.max_tool_rounds + 1):
+            self.tx.add(BlockType.assistant, t, turn.text, derived=True, after=self.after)
+            if not turn.actions:
+                return
+            results = []
+            for a in turn.actions:
+                result, record = self.run_tool(t, a.id, a.name, a.arguments, pending=pending)
+                self.tx.calls.append(record)
+                results.append((a, result))
+            if pending:
+                return
+            for a, result in results:
+                msg = Message(
+                    role="tool", content=json.dumps(result, sort_keys=True), tool_call_id=a.id, name=a.name
+                )
+                self.tx.add(BlockType.tool_result, t, msg.content, after=self.after)
+                turn = self.call(
+                    self.where(t, step, "tool result"),
+                    lambda m=msg: self.agent.send(self.session, m),  # type: ignore[misc]
+                )
+
+    def run_tool(
+        self, t: int, call_id: str, name: str, args: dict[str, Any] | None, *, pending: bool
+    ) -> tuple[Any, ToolCallRecord]:
+        spec = self.toolset.get(name)
+        status: Any = "executed"
+        committed, result = False, None
+        if spec is None or name not in self.ep.tools:
+            status, result = "unknown_tool", {"error": f"unknown tool {name}"}
+        elif args is None:
+            status, result = "malformed", {"error": "the arguments do not parse"}
+        elif pending:
+            status = "pending"
+        elif spec.consequential and self.view.factual:
+            self.outbox.fire(f"{self.sid}:{call_id}", self.sid, name, args)  # the real sink, once
+            result, committed = self._run(spec.fn, args), True
+            if self.shadow is not None:
+                self._run(spec.fn, args, self.shadow)
+        else:
+            result = self._run(spec.fn, args)  # read-only, or the reference world's consequential call
+        record = ToolCallRecord(
+            session_id=self.sid,
+            call_id=f"{self.sid}:{call_id}",
+            turn=t,
+            name=name,
+            arguments=args,
+            raw=json.dumps({"name": name, "arguments": args}),
+            consequential=bool(spec and spec.consequential),
+            committed=committed,
+            status=status,
+            result=result,
+            block_id=self.tx.blocks[-1].id,
+        )
+        return result, record
+
+    def _run(
+        self, fn: Callable[[dict[str, Any], dict[str, Any]], Any], args: dict[str, Any], env: Any = None
+    ) -> Any:
+        try:
+            return fn(self.env if env is None else env, args)
+        except ToolError as exc:
+            return {"error": str(exc)}
+
+    def step(self, t: int, step: Step) -> None:
+        text = self.view.text(step)
+        if step.kind is StepKind.user:
+            self.tx.add(BlockType.user, t, text, after=self.after)
+            turn = self.call(
+                self.where(t, step, "message"),
+                lambda: self.agent.send(self.session, Message(role="user", content=text)),
+            )
+            self.reply(t, step, turn)
+        elif step.kind is StepKind.tool:
+            assert step.tool is not None
+            result = self._run(self.toolset[step.tool].fn, dict(step.args))
+            content = json.dumps(result, sort_keys=True)
+            if self.shadow is not None:
+                cf = json.dumps(
+                    self._run(self.toolset[step.tool].fn, dict(step.args), self.shadow), sort_keys=True
+                )
+                self.observed[t] = (content, cf)
+            self.tx.add(BlockType.tool_result, t, content, after=self.after)
+            msg = Message(role="tool", content=content, name=step.tool)
+            self.reply(
+                t,
+                step,
+                self.call(self.where(t, step, "tool result"), lambda: self.agent.send(self.session, msg)),
+            )
+        elif step.kind is StepKind.memory:
+            if not self.caps.memory_inject:
+                self.tx.skipped.append(
+                    SkippedStep(t=t, kind=step.kind.value, reason="agent lacks memory_inject")
+                )
+                return
+            rid, mtext, _ = self.view.memory_record(step, t)
+            self.tx.add(BlockType.memory, t, mtext, after=self.after)
+            rec = MemoryRecord(id=rid, text=mtext)
+            self.reply(
+                t,
+                step,
+                self.call(self.where(t, step, "memory"), lambda: self.agent.inject_memory(self.tenant, rec)),
+            )
+        elif step.kind is StepKind.plan:
+            instruction = step.content or INSTRUCTIONS[StepKind.plan]
+            self.tx.add(BlockType.user, t, instruction, after=self.after)
+            msg = Message(role="user", content=instruction)
+            turn = self.call(self.where(t, step, "message"), lambda: self.agent.send(self.session, msg))
+            self.reply(t, step, turn, pending=True)
+        elif step.kind is StepKind.compact:
+            if not self.caps.compact:
+                self.tx.skipped.append(
+                    SkippedStep(t=t, kind="compact", reason="agent lacks compact (compacts on its own)")
+                )
+                return
+            compact = getattr(self.agent, "compact")  # noqa: B009
+            turn = self.call(self.where(t, step, "compact"), lambda: compact(self.session))
+            self.tx.add(BlockType.summary, t, turn.text, derived=True, after=self.after)
+        elif step.kind is StepKind.tool_return:
+            self.tx.skipped.append(
+                SkippedStep(t=t, kind="tool_return", reason="tool results go with each call")
+            )
+        else:
+            self.tx.skipped.append(
+                SkippedStep(t=t, kind=step.kind.value, reason="agent-internal: it keeps what it decides")
+            )
+
+    # -- after the stream ----------------------------------------------------------------------
+    def probe_session(self, what: str) -> tuple[str, Literal["fork", "fresh session"]]:
+        if self.caps.fork:
+            return self.call(what, lambda: self.agent.fork(self.session)), "fork"
+        return self.call(
+            what, lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools)
+        ), "fresh session"
+
+    def ask(self, kind: Kind, name: str, prompt: str, seed: int | None) -> ElicitationRecord:
+        what = f"episode {self.ep.id}, {self.sid}, {kind} {name}"
+        self.serve.mark(session=self.sid, method=self.sid.split("/")[-1], tenant=self.tenant, phase=kind)
+        if seed is not None:
+            self.serve.sampled(self.opts.temperature, seed)
+        try:
+            session, where = self.probe_session(what)
+            turn = self.call(what, lambda: self.agent.send(session, Message(role="user", content=prompt)))
+        finally:
+            if seed is not None:
+                self.serve.greedy()
+        return ElicitationRecord(
+            session_id=self.sid, kind=kind, name=name, where=where, prompt=prompt, answer=turn.text, seed=seed
+        )
+
+    def elicit(self) -> list[ElicitationRecord]:
+        out = []
+        for p in load_probes():
+            prompt, cue = p.render(self.ep)
+            if cue:  # a black box cannot be made to begin its answer: ask for the opening instead
+                prompt += f"\nBegin your answer with: {cue}"
+            out.append(self.ask("probe", p.id, prompt, None))
+        if self.serve.url is None:
+            return out  # samples need pinned seeds: not measurable without serve (the audit says so)
+        seeds = [_seed(self.opts.seed, self.ep.id, i) for i in range(self.opts.k)]
+        for s in seeds:
+            out.append(self.ask("sample", "task", task_request(self.ep), s))
+        choice = next((x for x in self.ep.steps if x.choices), None)
+        if choice is not None:
+            for s in seeds:
+                out.append(self.ask("choice", "choice", choice.content, s))
+        return out
+
+
+def guarded(what: str, fn: Callable[[], Any]) -> Any:
+    """An agent operation, its failure named by the episode and step being driven: an agent that was
+    never reachable is bad configuration (exit 2); one that fails while driven, a failed run (exit 3)."""
+    try:
+        return fn()
+    except AgentUnreachable as exc:
+        raise AgentUnreachable(f"{what}: {exc}") from None
+    except AgentFailed as exc:
+        raise AgentFailed(f"{what}: {exc}") from None
+    except EuAuditError:
+        raise
+    except Exception as exc:  # an in-process agent's own error: the run failed, and where
+        raise AgentFailed(f"{what}: the agent raised {type(exc).__name__}: {exc}") from exc
+
+
+def _seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:4], "big")
+
+
+def _split(ep: Episode) -> tuple[list[tuple[int, Step]], list[tuple[int, Step]]]:
+    """(the stream before the forget, the future turns after it)."""
+    steps = list(enumerate(ep.steps, 1))
+    return [x for x in steps if x[1].phase is not Phase.further], [
+        x for x in steps if x[1].phase is Phase.further
+    ]
+
+
+def _hint(ep: Episode, observed: dict[int, tuple[str, str | None]]) -> ForgetHint:
+    """The flagged observation as the agent received it and without z (the requester's knowledge)."""
+    src = ep.steps[ep.tau - 1]
+    if ep.tau in observed:  # a tool result: its text in both worlds, as the harness produced them
+        text, cf = observed[ep.tau]
+        return ForgetHint(source_text=text, sanitized=cf)
+    return ForgetHint(source_text=src.content or None, sanitized=src.counterfactual)
+
+
+def run_tenant(
+    agent: AgentUnderTest,
+    caps: Capabilities,
+    serve: ServeControl,
+    outbox: Outbox,
+    ep: Episode,
+    opts: AgentRecordOptions,
+    sid: str,
+    method: str,
+    world: World,
+    tenant: str,
+) -> tuple[SessionTrace, list[SkippedStep]]:
+    d = Driver(agent, caps, serve, outbox, ep, opts, f"{sid}/{method}", world, tenant)
+    d.start()
+    before, future = _split(ep)
+    serve.mark(session=d.sid, method=method, tenant=tenant, phase="stream")
+    for t, step in before:
+        d.step(t, step)
+    forgets: list[AgentForgetRecord] = []
+    if method == "agent":
+        request = ForgetRequest(
+            target=ep.target.value, variants=ep.target.variants, hint=_hint(ep, d.observed)
+        )
+        t0 = time.perf_counter()
+        got = d.call(f"episode {ep.id}, {d.sid}, forget", lambda: agent.forget(tenant, request))
+        forgets.append(
+            AgentForgetRecord(
+                session_id=d.sid,
+                status=got.status,
+                detail=got.detail,
+                receipt=got.receipt,
+                wall_s=round(time.perf_counter() - t0, 3),
+            )
+        )
+        if got.status in ("unsupported", "error"):
+            raise AgentFailed(
+                f"episode {ep.id}, {d.sid}, forget: the agent answered {got.status}: {got.detail}"
+            )
+    d.after = True
+    serve.mark(session=d.sid, method=method, tenant=tenant, phase="future")
+    for t, step in future:
+        d.step(t, step)
+    elicitations = d.elicit()
+    dump = d.call(f"episode {ep.id}, {d.sid}, dump", lambda: agent.dump(tenant)) if caps.store_dump else None
+    session = SessionRecord(
+        session_id=d.sid,
+        episode_id=ep.id,
+        suite=ep.suite,
+        transitions=len(ep.steps),
+        seed=opts.seed,
+        target=TargetInfo(value=ep.target.value, variants=ep.target.variants, kind=ep.target.kind),
+        source_id=ep.source_id,
+        final_manifest=d.tx.post_forget,
+        method=method,
+        parent_session=sid,
+        skipped=d.tx.skipped,
+        episode=ep,
+    )
+    trace = SessionTrace(session=session, blocks=d.tx.blocks, tool_calls=d.tx.calls)
+    trace.elicitations = elicitations
+    trace.agent_forgets = forgets
+    trace.residues = [store_residue(d.sid, dump, trace.matcher())]
+    return trace, d.tx.skipped
+
+
+def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
+    out = Path(opts.out)
+    if out.exists() and not opts.force:
+        raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
+    episodes = [
+        ep
+        for ref in opts.suite.split(",")
+        if ref.strip()
+        for ep in pick_episodes(load_suite(ref.strip()), opts.n)
+    ]
+    serve = ServeControl(opts.serve)
+    info = serve.info()
+    agent = open_agent(opts.agent)
+    caps = guarded(f"agent {opts.agent}, capabilities", agent.capabilities)
+    state_dir = opts.state_dir or out.with_name(out.name + ".state")
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    outbox = Outbox(state_dir / "outbox.sqlite")
+    run = uuid.uuid4().hex[:8]
+    sessions: list[SessionTrace] = []
+    try:
+        for i, ep in enumerate(episodes):
+            for method, world in METHODS:
+                if progress:
+                    progress(f"s{i} {method} {ep.id}", 2 * i + (method == "b5"), 2 * len(episodes))
+                trace, _ = run_tenant(
+                    agent, caps, serve, outbox, ep, opts, f"s{i}", method, world, f"{run}-s{i}-{method}"
+                )
+                sessions.append(trace)
+        entries, digest = serve.log()
+    finally:
+        outbox.close()
+    for trace in sessions:
+        trace.residues[0] = context_residue(trace.residues[0], entries, trace, digest, serve.url is not None)
+    if progress:
+        progress("written", 2 * len(episodes), 2 * len(episodes))
+    header = Header(
+        tool_version=__version__,
+        model=ModelInfo(
+            name=str(info.get("model", "unknown")),
+            weight_digest=str(info.get("weight_digest", "")),
+            chat_template_digest="",
+            chat_format="",
+            dtype=str(info.get("engine", "unknown")),
+        ),
+        engine="agent",
+        engine_facts={
+            "agent": opts.agent,
+            "capabilities": caps.model_dump(),
+            "contract": API_VERSION,
+            "serve": opts.serve,
+            "serve_info": info,
+            "serve_log_digest": digest,
+            "k": opts.k,
+            "temperature": opts.temperature,
+        },
+        decoding=Decoding(temperature=0.0, max_tokens=0),
+        seed=opts.seed,
+        suite=opts.suite,
+        checkpoint_policy="every_turn",
+    )
+    bundle = Bundle(header=header, sessions=sessions, path=out)
+    write_bundle(out, bundle.records())
+    return bundle, out

@@ -1,0 +1,257 @@
+"""Gating an agent eu-audit did not build: a real `eu-audit serve` (SmolLM2 on llama.cpp, real HTTP),
+eu-audit's own runtime served as an agent over the HTTP contract, `record --agent`, `audit --gate`. The agent
+whose forget is selective replay sits at the floor and passes (exit 0); the one whose forget only deletes the
+memory record fails (exit 1), and the audit names where the target stayed. An agent that cannot be reached,
+lacks its forget, answers nonsense, times out or crashes mid-episode gives exit 2 or 3, never 0 or 1, and
+no bundle."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from eu_audit.runtime.llamacpp_server import free_port
+from eu_audit.runtime.models import FAST_MODEL
+
+from .helpers import run_cli
+
+GATES = [
+    "--gate", "agent.leak_probes<=floor", "--gate", "agent.leak5<=floor", "--gate", "agent.cad<=floor",
+    "--gate", "agent.residue_context==0", "--gate", "agent.residue_store==0",
+]  # fmt: skip
+
+
+@contextmanager
+def cli_server(*args: str) -> Iterator[str]:
+    """``eu-audit ARGS --port P`` in a child process (real HTTP on loopback); yields its URL."""
+    port = free_port()
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "eu_audit.cli", *args, "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2):
+                        break
+                except OSError:
+                    if proc.poll() is not None:
+                        log.seek(0)
+                        raise RuntimeError(log.read().decode()[-2000:]) from None
+                    time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    log = tmp_path_factory.mktemp("serve") / "serve.jsonl"
+    with cli_server("serve", "--model", FAST_MODEL, "--log", str(log)) as url:
+        yield url, log
+
+
+@pytest.fixture(scope="module")
+def memory_episodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two BFCL memory episodes without a compaction: the session still holds the record at the end."""
+    out = tmp_path_factory.mktemp("eps") / "mem.jsonl"
+    proc = run_cli(
+        "suites",
+        "build",
+        "bfcl-memory",
+        "--depth",
+        "2",
+        "--turns-after",
+        "4",
+        "--indep",
+        "0.25",
+        "--n",
+        "2",
+        "-o",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.real_model
+def test_an_agent_whose_forget_is_selective_replay_passes_the_gate_at_the_floor(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, log = serve
+    with cli_server("agent", "--serve", url, "--forget", "b7") as agent:
+        bundle = tmp_path / "bb.jsonl"
+        proc = run_cli("record", "--agent", agent, "--serve", url, "--suite", "builtin", "--out", str(bundle))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_cli(
+        "audit", str(bundle), *GATES, "--json", str(tmp_path / "a.json"), "--junit", str(tmp_path / "a.xml")
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "a.json").read_text())
+    agent_states = [s for s in report["states"] if s["method"] == "agent"]
+    floor = {s["session_id"]: s for s in report["states"] if s["method"] == "b5"}
+    for st in agent_states:  # the replayed agent answers every probe and sample as the reference tenant
+        assert [p["text"] for p in st["probes"]] == [p["text"] for p in floor[st["session_id"]]["probes"]]
+        assert st["samples"] == floor[st["session_id"]]["samples"]
+    assert log.stat().st_mode & 0o777 == 0o600  # the serve log quotes prompts: private
+
+
+@pytest.mark.real_model
+def test_an_agent_whose_forget_only_deletes_the_record_fails_and_the_audit_names_where_z_stayed(
+    serve: tuple[str, Path], memory_episodes: Path, tmp_path: Path
+) -> None:
+    url, _ = serve
+    with cli_server("agent", "--serve", url, "--forget", "b1") as agent:
+        bundle = tmp_path / "bb.jsonl"
+        proc = run_cli(
+            "record", "--agent", agent, "--serve", url, "--suite", str(memory_episodes), "--out", str(bundle)
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_cli("audit", str(bundle), *GATES)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gate agent.residue_context==0: FAILED" in proc.stdout
+    assert "gate agent.residue_store==0: FAILED" in proc.stdout
+    # the memory record the session surfaced is still in every later prompt: the system-prompt tier
+    assert "z still reached the model in: system prompt (retrieved memory, summary)" in proc.stdout
+    assert "its store dump still holds z in: context" in proc.stdout
+
+
+class _Agent(BaseHTTPRequestHandler):
+    """A deliberately broken agent: ``mode`` says how."""
+
+    mode = "ok"
+
+    def _send(self, obj: object, code: int = 200, raw: bytes | None = None) -> None:
+        data = raw if raw is not None else json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/capabilities"):
+            self._send({"version": "eu-audit/agent-api@1"})
+        else:
+            self._send({"detail": "Not Found"}, 404)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path.endswith("/sessions"):
+            self._send({"session_id": "s"})
+        elif self.path.endswith("/messages"):
+            if self.mode == "garbage":
+                self._send(None, raw=b"<html>oops</html>")
+            elif self.mode == "slow":
+                time.sleep(3)
+                self._send({"text": "late"})
+            elif self.mode == "crash":
+                self._send({"error": "boom"}, 500)
+            else:
+                self._send({"text": "fine", "actions": []})
+        elif self.path.endswith("/reset"):
+            self._send({"ok": True})
+        else:  # no forget endpoint
+            self._send({"detail": "Not Found"}, 404)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def broken_agent(mode: str) -> Iterator[str]:
+    handler = type("Handler", (_Agent,), {"mode": mode})
+    httpd = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "needles"),
+    [
+        ("ok", 2, ["episode builtin-memory-address", "forget", "lacks POST /eu-audit/v1/tenants/"]),
+        ("garbage", 3, ["episode builtin-memory-address", "step 1 (user)", "not JSON"]),
+        ("crash", 3, ["episode builtin-memory-address", "step 1 (user)", "HTTP 500"]),
+        ("slow", 3, ["episode builtin-memory-address", "step 1 (user)", "no answer within 1 s"]),
+    ],
+)
+def test_a_broken_agent_gives_exit_2_or_3_naming_episode_step_and_endpoint_and_no_bundle(
+    mode: str, code: int, needles: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "bb.jsonl"
+    env = dict(os.environ, EU_AUDIT_AGENT_TIMEOUT="1", COLUMNS="300")
+    with broken_agent(mode) as url:
+        cmd = ["record", "--agent", url, "--suite", "builtin", "--n", "1", "--out", str(out)]
+        proc = subprocess.run(
+            [sys.executable, "-m", "eu_audit.cli", *cmd], capture_output=True, text=True, timeout=120, env=env
+        )
+    assert proc.returncode == code, proc.stderr
+    message = " ".join(proc.stderr.split())
+    for needle in needles:
+        assert needle in message, message
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_an_unreachable_agent_is_bad_configuration(tmp_path: Path) -> None:
+    port = free_port()
+    proc = run_cli("record", "--agent", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "bb.jsonl"))
+    assert proc.returncode == 2 and "does not answer" in proc.stderr
+
+
+def test_the_agent_contract_prints_as_a_json_schema() -> None:
+    proc = run_cli("schema", "agent-api")
+    doc = json.loads(proc.stdout)
+    assert doc["$id"] == "eu-audit/agent-api@1"
+    paths = {(e["method"], e["path"]) for e in doc["endpoints"]}
+    assert ("POST", "/eu-audit/v1/tenants/{tenant}/forget") in paths and "ForgetReceipt" in doc["schemas"]
+
+
+@pytest.mark.real_model
+def test_serve_answers_tool_calls_embeddings_and_pins_decoding(serve: tuple[str, Path]) -> None:
+    url, log = serve
+
+    def post(path: str, body: dict[str, object]) -> dict[str, object]:
+        req = urllib.request.Request(
+            url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    post("/eu-audit/v1/mark", {"tag": {"session": "probe-test"}})
+    messages = [{"role": "user", "content": "Book a taxi from 12 Linden Street. Use the book_taxi tool."}]
+    tools = [
+        {"type": "function", "function": {"name": "book_taxi", "parameters": {"properties": {"pickup": {}}}}}
+    ]
+    first = post(
+        "/v1/chat/completions", {"messages": messages, "tools": tools, "max_tokens": 24, "temperature": 1.0}
+    )
+    again = post(
+        "/v1/chat/completions", {"messages": messages, "tools": tools, "max_tokens": 24, "temperature": 1.0}
+    )
+    assert first["choices"] == again["choices"]  # pinned greedy: the agent's temperature is overridden
+    emb = post("/v1/embeddings", {"input": ["a", "b"]})
+    assert len(emb["data"]) == 2 and len(emb["data"][0]["embedding"]) == 384  # type: ignore[index]
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    mine = [e for e in entries if e["mark"].get("session") == "probe-test"]
+    assert len(mine) == 3 and "Linden" in json.dumps(mine[0]["messages"])
