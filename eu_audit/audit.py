@@ -47,7 +47,7 @@ from eu_audit.runtime.models import LoadedModel
 from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
 from eu_audit.trace.session import Bundle, SessionTrace
 from eu_audit.trace.state import rebuild_state
-from eu_audit.unlearn import engine_for, parse_methods, unlearn
+from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
 
 Progress = Callable[[str, int, int], None]
 #: metrics that compare a state with B5's: not measured without the floor
@@ -128,16 +128,23 @@ def audit(
 
     def the_engine(b: Bundle) -> KVEngine:  # loaded once, with the bundle's engine, model and dtype
         if not held:
-            held.append(engine_for(b.header, loaded=loaded, path=path, server=opts.server))
+            held.append(engine_for(b, loaded=loaded, server=opts.server))
+        else:
+            check_bundle_model(b, held[0])
         return held[0]
 
     bundle, unlearned = ensure_post_forget(path, opts, the_engine, progress)
     if bundle.header.engine == "agent":  # a black-box run: everything is in the bundle, no model runs
-        from eu_audit.blackbox.audit import audit_agent_bundle
+        from eu_audit.blackbox.audit import agent_states
 
         if opts.serving:
             raise BadInput("--serving audits a served engine's cache; a black-box bundle has no engine")
-        report = audit_agent_bundle(bundle, path, opts)
+        agent, opts.k, opts.temperature = agent_states(bundle)
+        probe_ids = [p.id for p in load_probes()]
+        report = summarise(
+            bundle, path, None, bundle.header.model.name, opts, probe_ids, agent, bundle.sessions
+        )
+        report.engine = "agent"
         report.cost = {"wall_s": round(time.perf_counter() - t0, 1), "engine": "agent (no model runs)"}
         return report
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))

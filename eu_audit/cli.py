@@ -23,6 +23,7 @@ from rich.text import Text
 from eu_audit import __version__
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import EuAuditError
+from eu_audit.jsonl import interrupt_on_sigterm
 
 app = typer.Typer(
     name="eu-audit",
@@ -892,6 +893,7 @@ def main() -> None:
     """Run the CLI under the one exit-code contract: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.
     Nothing else leaves this function: an unexpected error is a failed run (3), one line, and its
     traceback with --debug or EU_AUDIT_DEBUG=1."""
+    interrupt_on_sigterm()  # a kill unwinds like ^C, so no temporary file is left behind
     try:
         rc = app(standalone_mode=False)
     except EuAuditError as exc:

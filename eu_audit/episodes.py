@@ -8,11 +8,14 @@ further turns. Every step is one transition: one observation, then one model tur
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eu_audit.matching import contains_target
+
+#: the most tokens one model turn may decode (a turn that runs away is a bad episode, not a long run)
+MAX_NEW_TOKENS = 1024
 
 
 class StepKind(StrEnum):
@@ -47,7 +50,7 @@ class Step(BaseModel):
     source: str | None = None  # the source id this observation carries (the target's entry)
     independent: bool = False  # oracle: the turn's content is fixed in the counterfactual world
     cue: str | None = None  # forced prefix of the model turn (e.g. a tool-call opening)
-    max_tokens: int | None = None
+    max_tokens: Annotated[int | None, Field(ge=1, le=MAX_NEW_TOKENS)] = None
     #: utility: answers a correct turn contains (a non-target fact the agent should keep)
     expect: list[str] | None = None
     #: behavioral: the options this turn chooses between (the preference suite)

@@ -22,7 +22,7 @@ class BadInput(EuAuditError):
     def __init__(
         self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None
     ) -> None:
-        self.path, self.line, self.field = path, line, field
+        self.path, self.line, self.field, self.message = path, line, field, message
         where = ""
         if path is not None:
             where = f"{path}"
@@ -32,6 +32,12 @@ class BadInput(EuAuditError):
         if field:
             message = f"field '{field}': {message}"
         super().__init__(where + message)
+
+    def located(self, path: str | None, line: int | None, context: str = "") -> BadInput:
+        """This refusal, placed at ``path:line`` if it did not say where (a method refusing a session)."""
+        if self.path is not None or path is None:
+            return self
+        return BadInput(f"{context}{self.message}", path=path, line=line, field=self.field)
 
 
 class RunFailed(EuAuditError):

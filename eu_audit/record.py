@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
-import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,13 +16,14 @@ from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
+from eu_audit.jsonl import check_output_path, temp_beside
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import AUTO, KVEngine, open_engine
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import DEFAULT_MODEL, LoadedModel
 from eu_audit.suites import load_suite
-from eu_audit.trace.records import Decoding, Header, ModelInfo
+from eu_audit.trace.records import Decoding, Header, ModelInfo, check_decoding
 from eu_audit.trace.session import Bundle, SessionTrace
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
@@ -66,15 +67,21 @@ def pick_episodes(episodes: list[Episode], n: int | None) -> list[Episode]:
     return [episodes[i % len(episodes)] for i in range(n)]
 
 
+STATE_FILES = ("memory.sqlite", "outbox.sqlite")  # what a recording keeps in its state folder
+
+
 def _open_state(state_dir: Path, force: bool) -> tuple[MemoryStore, Outbox]:
-    if state_dir.exists():
+    if state_dir.exists() and not state_dir.is_dir():
+        raise BadInput("the state folder is a file", path=str(state_dir))
+    ours = [state_dir / f"{name}{ext}" for name in STATE_FILES for ext in ("", "-journal", "-wal", "-shm")]
+    if any(p.exists() for p in ours):
         if not force:
             raise BadInput(
-                f"{state_dir} exists (it holds an earlier run's memory store and outbox); "
-                "pass --force to replace it"
+                f"{state_dir} holds an earlier run's memory store and outbox; pass --force to replace them"
             )
-        shutil.rmtree(state_dir)
-    state_dir.mkdir(parents=True, mode=0o700)
+        for p in ours:  # only eu-audit's own files: --force never empties a folder it did not make
+            p.unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
     return MemoryStore(state_dir / "memory.sqlite"), Outbox(state_dir / "outbox.sqlite")
 
 
@@ -153,8 +160,13 @@ def record(
     engine: KVEngine | None = None,
 ) -> RecordResult:
     out = Path(opts.out)
+    check_output_path(out)
     if out.exists() and not opts.force:
         raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
+    check_decoding(opts.temperature, opts.max_tokens)
+    state_dir = opts.state_dir or out.with_name(out.name + ".state")
+    if state_dir.exists() and not state_dir.is_dir():
+        raise BadInput("the state folder is a file", path=str(state_dir))
     # "agentdojo,preference": n episodes from each suite, in order
     episodes = [
         ep
@@ -178,7 +190,6 @@ def record(
             f"--concurrency needs a served engine (--engine openai); '{engine.name}' runs one session"
         )
     chat = detect_chat_format(engine.tokenizer)
-    state_dir = opts.state_dir or out.with_name(out.name + ".state")
     memory, outbox = _open_state(state_dir, opts.force)
     kv: dict[str, object] = {}
     total = sum(len(ep.steps) for ep in episodes)
@@ -226,7 +237,13 @@ def _write_sidecar(path: Path, tensors: dict[str, object]) -> None:
     """KV tensors as safetensors (never pickle), written atomically with mode 0600."""
     from safetensors.torch import save_file
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp))  # type: ignore[arg-type]
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    fd, tmp = temp_beside(path)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp)  # type: ignore[arg-type]
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -8,11 +8,15 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from eu_audit.bundle.io import read_bundle, write_bundle
+from eu_audit.bundle.validate import check_tokens
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import BadInput
+from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
 from eu_audit.methods import METHODS, ORDER, ForgetContext, apply_method
 from eu_audit.runtime.agent import AgentSettings
@@ -20,7 +24,7 @@ from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import KVEngine, open_engine
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.models import LoadedModel
-from eu_audit.trace.records import ForgetRequest, Header, LedgerRecord, Occurrence, ReceiptRecord
+from eu_audit.trace.records import ForgetRequest, LedgerRecord, Occurrence, ReceiptRecord
 from eu_audit.trace.session import Bundle, SessionTrace
 
 Progress = Callable[[str, int, int], None]
@@ -63,15 +67,16 @@ def check_engine(names: Sequence[str], engine: str) -> None:
 
 
 def engine_for(
-    header: Header,
+    bundle: Bundle,
     *,
     model: str | None = None,
     loaded: LoadedModel | None = None,
-    path: Path | None = None,
     server: str | None = None,
 ) -> KVEngine:
-    """The engine a bundle was recorded on, with its model, checked against the header's digests. A
-    served bundle goes back to its server (``server`` overrides the URL the header records)."""
+    """The engine a bundle was recorded on, with its model, checked against the bundle (weights, chat
+    template, token ids) before it runs anything. A served bundle goes back to its server (``server``
+    overrides the URL the header records)."""
+    header = bundle.header
     options: dict[str, object] = {}
     if header.engine == "openai":
         recorded = (header.engine_facts.get("server") or {}).get("base_url")
@@ -79,16 +84,42 @@ def engine_for(
     engine = open_engine(
         header.engine, model or header.model.name, dtype=header.model.dtype, loaded=loaded, **options
     )
-    where = str(path) if path else None
-    if engine.loaded.weight_digest != header.model.weight_digest:
-        raise BadInput(
-            f"the bundle was recorded with weights {header.model.weight_digest[:12]}… but model "
-            f"'{engine.loaded.name}' has {engine.loaded.weight_digest[:12]}…; replay needs the same weights",
-            path=where,
-            line=1,
-            field="model.weight_digest",
-        )
+    check_bundle_model(bundle, engine)
     return engine
+
+
+def check_bundle_model(bundle: Bundle, engine: KVEngine) -> None:
+    """The model is the one the bundle was recorded with (weights and chat template), and every block's
+    token ids are in its vocabulary and say what the block's text says."""
+    header, where = bundle.header, str(bundle.path) if bundle.path else None
+    got = engine.loaded
+    for fld, want, have, what in (
+        ("model.weight_digest", header.model.weight_digest, got.weight_digest, "weights"),
+        (
+            "model.chat_template_digest",
+            header.model.chat_template_digest,
+            got.chat_template_digest,
+            "chat template",
+        ),
+    ):
+        if want != have:
+            raise BadInput(
+                f"the bundle was recorded with {what} {want[:12]}… but model '{got.name}' has {have[:12]}…; "
+                f"replay needs the same {what}",
+                path=where,
+                line=1,
+                field=fld,
+            )
+    tok = engine.tokenizer
+    check_tokens(bundle, lambda ids: tok.decode(ids, skip_special_tokens=True), vocab_size(engine))
+
+
+def vocab_size(engine: KVEngine) -> int:
+    """The model's vocabulary: llama.cpp's count, the HF config's, or the tokenizer's for a served model."""
+    n = getattr(engine, "n_vocab", None)
+    if n is None and engine.loaded.model is not None:
+        n = getattr(engine.loaded.model.config, "vocab_size", None)
+    return int(n) if n else len(engine.tokenizer)
 
 
 def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> ReceiptRecord:
@@ -200,13 +231,19 @@ def unlearn(
     out_path = Path(out) if out else default_output(bundle_path, names)
     if out_path.resolve() == bundle_path.resolve():
         raise BadInput("the output would overwrite the input bundle; choose another -o", path=str(out_path))
+    check_output_path(out_path)
     if out_path.exists() and not force:
         raise BadInput(f"{out_path} exists; pass --force to replace it")
     h = bundle.header
     check_engine(names, engine.name if engine is not None else h.engine)
-    requests = [_request(trace, target, source) for trace in bundle.sessions]
+    requests = [
+        _located(bundle, trace, partial(_request, trace, target, source)) for trace in bundle.sessions
+    ]
     box = open_outbox(bundle_path, outbox)
-    engine = engine or engine_for(h, model=model, loaded=loaded, path=bundle_path, server=server)
+    if engine is None:
+        engine = engine_for(bundle, model=model, loaded=loaded, server=server)
+    else:
+        check_bundle_model(bundle, engine)
     chat = detect_chat_format(engine.tokenizer)
     settings = AgentSettings(
         max_tokens=h.decoding.max_tokens,
@@ -228,7 +265,7 @@ def unlearn(
                 # Every method branches from the same contaminated state; base_state builds it from the
                 # recorded ids (keeping any prefix the engine already holds, e.g. the system prompt).
                 ctx.base_state()
-                result, ledger = apply_method(ctx, name)
+                result, ledger = _located(bundle, trace, partial(apply_method, ctx, name))
                 rec = receipt(result.trace, name, request)
                 rec.occurrences += side_effects
                 result.trace.ledgers.append(ledger)
@@ -244,6 +281,20 @@ def unlearn(
     out_bundle = Bundle(header=header, sessions=sessions, path=out_path)
     write_bundle(out_path, out_bundle.records())
     return UnlearnResult(bundle=out_bundle, path=out_path, rows=rows)
+
+
+T = TypeVar("T")
+
+
+def _located(bundle: Bundle, trace: SessionTrace, run: Callable[[], T]) -> T:
+    """Run one session's step; a refusal that does not say where is placed at the session's line."""
+    try:
+        return run()
+    except BadInput as exc:
+        line = bundle.lines.get((trace.session_id, "session", ""))
+        raise exc.located(
+            str(bundle.path) if bundle.path else None, line, f"session {trace.session_id}: "
+        ) from None
 
 
 def _request(trace: SessionTrace, target: str | None, source: str | None) -> ForgetRequest:

@@ -93,6 +93,9 @@ def test_json_schema_describes_every_record_type() -> None:
         "forget_request",
         "ledger",
         "receipt",
+        "elicitation",
+        "residue",
+        "agent_forget",
         "end",
     }
 

@@ -4,12 +4,9 @@ is not needed. The statistics, floor, tables, JSON, JUnit and gates are the whit
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import picked, utility
-from eu_audit.audits.model import AuditReport, ProbeOutcome, StateAudit
-from eu_audit.audits.probes import load_probes
+from eu_audit.audits.model import ProbeOutcome, StateAudit
 from eu_audit.trace.session import Bundle, SessionTrace
 
 NO_SERVE = "not measurable: no eu-audit serve pinned the samples' seeds (record --agent ... --serve URL)"
@@ -76,24 +73,13 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
     return st
 
 
-def audit_agent_bundle(bundle: Bundle, path: Path, opts: object) -> AuditReport:
-    from eu_audit.audit import AuditOptions, summarise
-
-    assert isinstance(opts, AuditOptions)
+def agent_states(bundle: Bundle) -> tuple[list[StateAudit], int, float]:
+    """Every session's audit from what the black-box run recorded (no model runs), with the k and the
+    sampling temperature the run used."""
     facts = bundle.header.engine_facts
     caps = dict(facts.get("capabilities") or {})
-    states = [agent_state(t, caps) for t in bundle.sessions]
-    opts.k = int(facts.get("k", opts.k))
-    opts.temperature = float(facts.get("temperature", opts.temperature))
-    report = summarise(
-        bundle,
-        path,
-        None,
-        bundle.header.model.name,
-        opts,
-        [p.id for p in load_probes()],
-        states,
-        bundle.sessions,
+    return (
+        [agent_state(t, caps) for t in bundle.sessions],
+        int(facts.get("k", 5)),
+        float(facts.get("temperature", 0.7)),
     )
-    report.engine = "agent"
-    return report

@@ -7,7 +7,6 @@ This module is the file format's boundary: it turns lines into the domain object
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,16 @@ from eu_audit.bundle.records import (
     SessionRecord,
     ToolCallRecord,
 )
+from eu_audit.bundle.validate import check_structure
 from eu_audit.errors import BadInput
-from eu_audit.jsonl import describe_validation_error, iter_jsonl, write_jsonl
+from eu_audit.jsonl import (
+    check_input_file,
+    describe_validation_error,
+    iter_jsonl,
+    max_input_bytes,
+    parse_line,
+    write_jsonl,
+)
 from eu_audit.trace.session import Bundle, SessionTrace
 
 __all__ = ["Bundle", "SessionTrace", "file_digest", "read_bundle", "write_bundle"]
@@ -49,11 +56,12 @@ def file_digest(path: Path) -> str:
 
 def _check_header_line(path: Path) -> None:
     """Give wrong-version and not-a-bundle files their own clear message before full validation."""
+    check_input_file(path)  # before opening: a FIFO would block the read
     try:
         with open(path, "rb") as f:
-            first = f.readline()
-        obj = json.loads(first)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            first = f.readline(max_input_bytes())
+        obj = parse_line(first)
+    except (OSError, ValueError):
         return  # iter_jsonl reports it with the line number
     if not isinstance(obj, dict) or obj.get("type") != "header":
         raise BadInput(
@@ -78,6 +86,7 @@ def read_bundle(path: str | Path) -> Bundle:
     _check_header_line(path)
     header: Header | None = None
     sessions: dict[str, SessionTrace] = {}
+    lines: dict[tuple[str, str, str], int] = {}
     count = 0
     ended = False
     for lineno, rec in iter_jsonl(path, RECORD_ADAPTER):
@@ -107,6 +116,7 @@ def read_bundle(path: str | Path) -> Bundle:
                     field="session_id",
                 )
             sessions[rec.session_id] = SessionTrace(session=rec)
+            lines[(rec.session_id, "session", "")] = lineno
         elif isinstance(rec, SESSION_SCOPED):
             trace = sessions.get(rec.session_id)
             if trace is None:
@@ -116,13 +126,35 @@ def read_bundle(path: str | Path) -> Bundle:
                     line=lineno,
                     field="session_id",
                 )
+            lines[_line_key(trace, rec)] = lineno
             _attach(trace, rec, path, lineno)
         count += 1
     if header is None:
         raise BadInput("empty file, expected a trace bundle", path=str(path))
     if not ended:
         raise BadInput(f"truncated: no end record after line {count}", path=str(path), line=count)
-    return Bundle(header=header, sessions=list(sessions.values()), path=path, digest=file_digest(path))
+    bundle = Bundle(
+        header=header, sessions=list(sessions.values()), path=path, digest=file_digest(path), lines=lines
+    )
+    check_structure(bundle)
+    return bundle
+
+
+def _line_key(trace: SessionTrace, rec: Any) -> tuple[str, str, str]:
+    """The key a check uses to name this record's line (read before the record is attached)."""
+    sid = trace.session_id
+    if isinstance(rec, BlockRecord):
+        return (sid, "block", rec.block.id)
+    if isinstance(rec, CheckpointRecord):
+        return (sid, "checkpoint", rec.checkpoint.id)
+    counts: dict[type, tuple[str, list[Any]]] = {
+        ObservationRecord: ("observation", trace.observations),
+        ToolCallRecord: ("tool_call", trace.tool_calls),
+        LedgerRecord: ("ledger", trace.ledgers),
+        ForgetRequest: ("forget_request", trace.forget_requests),
+    }
+    kind, held = counts.get(type(rec), (str(rec.type), []))
+    return (sid, kind, str(len(held)))
 
 
 def _attach(trace: SessionTrace, rec: Any, path: Path, lineno: int) -> None:

@@ -3,7 +3,7 @@
 A converted model (or a GGUF joined from parts) is a folder with a marker, ``eu-audit-model.json``: the
 source's sha256 and, per file, its size and sha256, written when the folder is made. Before a folder is
 used, each file's size and modification time are compared with the last verification (a stamp); a file
-that changed is hashed again (once per process) and compared with the marker. A mismatch or a missing
+that changed is hashed again and compared with the marker. A mismatch or a missing
 file means the folder cannot be trusted: the caller converts again from the verified source, or fails
 with exit 3 naming the file. So flipped bytes or a truncated file never reach a forward pass while the
 bundle records the original weights' digest.
@@ -19,7 +19,6 @@ from pathlib import Path
 
 MARKER = "eu-audit-model.json"
 STAMP = ".eu-audit-verified.json"
-_VERIFIED: set[str] = set()  # folders verified in this process
 
 
 def sha256_of(path: Path) -> str:
@@ -61,9 +60,6 @@ class Verdict:
 
 def verify(folder: Path, *, force: bool = False) -> Verdict:
     """Is the folder what its marker says? Cheap when nothing changed since the last verification."""
-    key = str(folder.resolve())
-    if key in _VERIFIED and not force:
-        return Verdict(True)
     try:
         marker = json.loads((folder / MARKER).read_text())
         expected: dict[str, dict[str, object]] = marker["files"]
@@ -97,5 +93,4 @@ def verify(folder: Path, *, force: bool = False) -> Verdict:
         os.replace(tmp, folder / STAMP)
     except OSError:
         pass  # a read-only cache still verifies; it will hash again next time
-    _VERIFIED.add(key)
     return Verdict(True)

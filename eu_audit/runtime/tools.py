@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from pydantic import BaseModel
+
 from eu_audit.registry import Registry
 
 ToolFn = Callable[[dict[str, Any], dict[str, Any]], Any]
@@ -63,6 +65,18 @@ TOOLSETS: Registry[Callable[[], Mapping[str, ToolSpec]]] = Registry(
     builtins=("eu_audit.datasets.agentdojo.env", "eu_audit.datasets.bfcl.env"),
 )
 TOOLSETS.add("builtin", lambda: dict(TOOLS.items()))
+
+
+#: The shape of a toolset's environment (an episode's ``env``), checked when the episode is loaded, so a
+#: bad spec is refused with its file and line before any model runs. Keyed by toolset name.
+ENVIRONMENTS: Registry[type[BaseModel]] = Registry(
+    "toolset_envs",
+    builtins=(
+        "eu_audit.datasets.builtin.tools",
+        "eu_audit.datasets.agentdojo.env",
+        "eu_audit.datasets.bfcl.env",
+    ),
+)
 
 
 @cache

@@ -27,13 +27,22 @@ def data_dir(kind: str) -> Path:
 
 
 def load_episodes(path: str | Path) -> list[Episode]:
+    """Every line validated as an episode and checked against the toolsets (tools, environment schema),
+    so a bad step is refused here, with its file and line, not when a run reaches it."""
+    from eu_audit.suites.checks import EpisodeProblem, check_episode
+
     path = Path(path)
-    episodes = [ep for _, ep in iter_jsonl(path, _EPISODE)]
+    episodes: list[Episode] = []
     seen: set[str] = set()
-    for i, ep in enumerate(episodes, 1):
+    for line, ep in iter_jsonl(path, _EPISODE):
         if ep.id in seen:
-            raise BadInput(f"episode id '{ep.id}' appears twice", path=str(path), line=i, field="id")
+            raise BadInput(f"episode id '{ep.id}' appears twice", path=str(path), line=line, field="id")
         seen.add(ep.id)
+        try:
+            check_episode(ep)
+        except EpisodeProblem as exc:
+            raise BadInput(str(exc), path=str(path), line=line, field=exc.field) from None
+        episodes.append(ep)
     if not episodes:
         raise BadInput("no episodes in the file", path=str(path))
     return episodes

@@ -13,11 +13,48 @@ import copy
 import json
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from eu_audit.episodes import Episode, StepKind
+from eu_audit.jsonl import describe_validation_error
 from eu_audit.matching import contains_target
-from eu_audit.runtime.tools import ToolError, load_toolset
+from eu_audit.runtime.tools import ENVIRONMENTS, TOOLSETS, ToolError, load_toolset
 
 World = Literal["factual", "counterfactual"]
+
+
+class EpisodeProblem(ValueError):
+    """An episode that would fail mid-run, found at load time: ``field`` says where."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def check_episode(ep: Episode) -> None:
+    """What an episode needs from the rest of eu-audit, checked before any model runs: its toolset is
+    registered, every tool it names is in that toolset, and its environments fit the toolset's schema."""
+    if ep.toolset not in TOOLSETS:
+        raise EpisodeProblem(
+            "toolset", f"unknown toolset '{ep.toolset}' (known: {', '.join(TOOLSETS.names())})"
+        )
+    tools = load_toolset(ep.toolset)
+    for i, name in enumerate(ep.tools):
+        if name not in tools:
+            raise EpisodeProblem(f"tools.{i}", f"tool '{name}' is not in toolset '{ep.toolset}'")
+    for i, step in enumerate(ep.steps):
+        if step.kind is StepKind.tool and step.tool not in tools:
+            raise EpisodeProblem(f"steps.{i}.tool", f"tool '{step.tool}' is not in toolset '{ep.toolset}'")
+    if ep.toolset in ENVIRONMENTS:
+        schema = ENVIRONMENTS.get(ep.toolset)
+        for name, env in (("env", ep.env), ("counterfactual_env", ep.counterfactual_env)):
+            if env is None:
+                continue
+            try:
+                schema.model_validate(env)
+            except ValidationError as exc:
+                where, msg = describe_validation_error(exc)
+                raise EpisodeProblem(f"{name}.{where}", f"not a '{ep.toolset}' environment: {msg}") from None
 
 
 def scripted_observations(ep: Episode, world: World = "factual") -> list[str | None]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from eu_audit.checkpoints import Checkpoint
-from eu_audit.episodes import Episode
+from eu_audit.episodes import MAX_NEW_TOKENS, Episode
+from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 from eu_audit.runtime.blocks import RuntimeBlock
 
@@ -32,8 +33,20 @@ class ModelInfo(_Record):
 
 
 class Decoding(_Record):
-    temperature: float = 0.0
-    max_tokens: int = 48
+    temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
+    max_tokens: int = Field(48, ge=0, le=MAX_NEW_TOKENS)  # 0: not eu-audit's choice (a black-box agent)
+
+
+def check_decoding(temperature: float, max_tokens: int) -> Decoding:
+    """The decoding a run will record, refused up front if the bundle could not hold it (a NaN
+    temperature, a turn length no episode allows)."""
+    if max_tokens < 1:
+        raise BadInput(f"--max-tokens must be at least 1, not {max_tokens}")
+    try:
+        return Decoding(temperature=temperature, max_tokens=max_tokens)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise BadInput(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
 
 
 class Header(_Record):

@@ -104,6 +104,8 @@ class Bundle:
     sessions: list[SessionTrace]
     path: Path | None = None
     digest: str | None = None  # sha256 of the file it was read from
+    #: (session id, record kind, key) -> the line it was read from, so a check can name it
+    lines: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     def session(self, session_id: str) -> SessionTrace:
         for s in self.sessions:

@@ -14,12 +14,13 @@ import functools
 import json
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
 from eu_audit.errors import BadInput
-from eu_audit.runtime.tools import TOOLSETS, ToolError, ToolFn, ToolSpec
+from eu_audit.runtime.tools import ENVIRONMENTS, TOOLSETS, ToolError, ToolFn, ToolSpec
 
 VERSION = "v1.2.2"
 SUITE_NAMES = ("workspace", "slack", "banking", "travel")
@@ -143,5 +144,23 @@ def _bound(name: str) -> ToolFn:
     return lambda env, args: run(env, name, args)
 
 
+class AgentDojoSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    suite: Literal["workspace", "slack", "banking", "travel"]
+    version: Literal["v1.2.2"] = "v1.2.2"
+    injections: dict[str, str] = Field(default_factory=dict)  # injection vector -> its text
+
+
+class AgentDojoEnv(BaseModel):
+    """An episode's AgentDojo world: which suite environment, its injections, the logged effects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agentdojo: AgentDojoSpec
+    log: list[tuple[str, dict[str, Any]]] = Field(default_factory=list)
+
+
 for _name in SUITE_NAMES:
     TOOLSETS.add(f"agentdojo-{_name}", functools.partial(_toolset, _name))
+    ENVIRONMENTS.add(f"agentdojo-{_name}", AgentDojoEnv)

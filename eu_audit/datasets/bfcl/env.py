@@ -18,10 +18,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from eu_audit.errors import BadInput
-from eu_audit.runtime.tools import TOOLSETS, ToolError, ToolFn, ToolSpec
+from eu_audit.runtime.tools import ENVIRONMENTS, TOOLSETS, ToolError, ToolFn, ToolSpec
 
 WITHHELD = "[withheld]"
 #: func-doc file -> backend class, as in bfcl_eval.constants.executable_backend_config
@@ -199,4 +200,28 @@ def _bound(name: str) -> ToolFn:
     return lambda env, args: run(env, name, args)
 
 
+class BfclSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str
+
+    @field_validator("scenario")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in scenarios():
+            raise ValueError(f"unknown BFCL multi-turn scenario '{value}'")
+        return value
+
+
+class BfclEnv(BaseModel):
+    """An episode's BFCL world: the scenario whose backends run, the logged effects, what is withheld."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bfcl: BfclSpec
+    log: list[tuple[str, dict[str, Any]]] = Field(default_factory=list)
+    withhold: list[str] = Field(default_factory=list)
+
+
 TOOLSETS.add("bfcl", _toolset)
+ENVIRONMENTS.add("bfcl", BfclEnv)

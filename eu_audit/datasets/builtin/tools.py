@@ -5,7 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from eu_audit.runtime.tools import ToolError, tool
+from pydantic import BaseModel, ConfigDict, Field
+
+from eu_audit.runtime.tools import ENVIRONMENTS, ToolError, tool
+
+
+class BuiltinEnv(BaseModel):
+    """The built-in tools' world: lookup tables, places, and the effects consequential tools logged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    payees: dict[str, Any] = Field(default_factory=dict)
+    contacts: dict[str, Any] = Field(default_factory=dict)
+    places: list[str] = Field(default_factory=list)
+    transactions: list[dict[str, Any]] = Field(default_factory=list)
+    sent: list[dict[str, Any]] = Field(default_factory=list)
+    bookings: list[dict[str, Any]] = Field(default_factory=list)
+
+
+ENVIRONMENTS.add("builtin", BuiltinEnv)
 
 
 def _lookup(env: dict[str, Any], table: str, key: str) -> Any:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from eu_audit.episodes import Episode, Step, StepKind, Target
 from eu_audit.errors import BadInput
-from eu_audit.jsonl import describe_validation_error
+from eu_audit.jsonl import check_input_file, describe_validation_error
 from eu_audit.matching import contains_target, normalise
 from eu_audit.suites import LOADERS
 from eu_audit.suites.build import rng_for
@@ -101,10 +101,13 @@ def load_longmemeval(path: Path, knobs: Knobs | None = None) -> list[Episode]:
             f"{path}: no such file. LongMemEval is not bundled: download longmemeval_s.json (or _m, "
             "_oracle) from the LongMemEval authors' release and pass --suite longmemeval:PATH"
         )
+    check_input_file(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8"), parse_constant=float)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadInput(f"not valid JSON: {exc}", path=str(path)) from None
+    except (RecursionError, ValueError) as exc:
+        raise BadInput(f"not a LongMemEval file: {type(exc).__name__}", path=str(path)) from None
     try:
         instances = _INSTANCES.validate_python(raw)
     except ValidationError as exc:
