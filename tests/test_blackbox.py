@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -25,40 +24,12 @@ import pytest
 from eu_audit.runtime.llamacpp_server import free_port
 from eu_audit.runtime.models import FAST_MODEL
 
-from .helpers import run_cli
+from .helpers import cli_server, run_cli
 
 GATES = [
     "--gate", "agent.leak_probes<=floor", "--gate", "agent.leak5<=floor", "--gate", "agent.cad<=floor",
     "--gate", "agent.residue_context==0", "--gate", "agent.residue_store==0",
 ]  # fmt: skip
-
-
-@contextmanager
-def cli_server(*args: str) -> Iterator[str]:
-    """``eu-audit ARGS --port P`` in a child process (real HTTP on loopback); yields its URL."""
-    port = free_port()
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "eu_audit.cli", *args, "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=2):
-                        break
-                except OSError:
-                    if proc.poll() is not None:
-                        log.seek(0)
-                        raise RuntimeError(log.read().decode()[-2000:]) from None
-                    time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from eu_audit.bundle.io import read_bundle
+from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.engine import Sampling
@@ -24,9 +25,10 @@ from .helpers import run_cli
 pytestmark = pytest.mark.real_model
 
 
-@pytest.fixture(scope="module")
-def smol_gguf():  # type: ignore[no-untyped-def]
-    return load_gguf_model(FAST_MODEL)
+@pytest.fixture(scope="module", params=[FAST_MODEL, "qwen2.5-coder-0.5b"])
+def smol_gguf(request):  # type: ignore[no-untyped-def]
+    """Both shipped models: the engine-level exactness claims hold on each (Llama and Qwen2 families)."""
+    return load_gguf_model(request.param)
 
 
 def _segments(tok) -> list[list[int]]:  # type: ignore[no-untyped-def]
@@ -138,18 +140,13 @@ def test_every_token_is_accounted(smol_gguf) -> None:  # type: ignore[no-untyped
     assert e.account.reused == len(segs[0]) and e.offset == len(segs[0])
 
 
-def test_b7_equals_b5_token_for_token_on_the_builtin_suite_and_on_one_episode_of_every_suite(
-    tmp_path: Path,
-) -> None:
+def _b7_equals_b5(episodes: list[Episode], model: str, tmp_path: Path) -> None:
     """The headline contract on the fast exact engine: the same recorded session, forgotten by selective
     replay and by a full reset, ends in the same tokens (cache, every derived block, the memory)."""
-    episodes = load_suite("builtin") + [
-        load_suite(s)[0] for s in ("agentdojo", "bfcl-memory", "bfcl-tools", "preference")
-    ]
     suite = tmp_path / "eps.jsonl"
     suite.write_text("".join(e.model_dump_json() + "\n" for e in episodes))
     src = tmp_path / "trace.jsonl"
-    rec = record(RecordOptions(suite=str(suite), model=FAST_MODEL, engine="llamacpp", out=src, max_tokens=32))
+    rec = record(RecordOptions(suite=str(suite), model=model, engine="llamacpp", out=src, max_tokens=32))
     assert rec.bundle.header.engine == "llamacpp"
     assert rec.bundle.header.engine_facts["n_ubatch"] >= 512
     out = unlearn(src, ["b5", "b7"], tmp_path / "out.jsonl").bundle
@@ -165,6 +162,22 @@ def test_b7_equals_b5_token_for_token_on_the_builtin_suite_and_on_one_episode_of
         assert b7.ledgers[0].transitions_replayed == s.session.transitions - s.tau() + 1  # type: ignore[operator]
         differs += [b.text for b in b5.blocks if b.derived] != [b.text for b in s.blocks if b.derived]
     assert differs  # the reference trajectory really differs from the recorded one somewhere
+
+
+def _one_of_every_suite() -> list[Episode]:
+    return load_suite("builtin") + [
+        load_suite(s)[0] for s in ("agentdojo", "bfcl-memory", "bfcl-tools", "preference")
+    ]
+
+
+def test_b7_equals_b5_token_for_token_on_the_builtin_suite(tmp_path: Path) -> None:
+    _b7_equals_b5(load_suite("builtin"), FAST_MODEL, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", [FAST_MODEL, "qwen2.5-coder-0.5b"])
+def test_b7_equals_b5_token_for_token_on_one_episode_of_every_suite(model: str, tmp_path: Path) -> None:
+    _b7_equals_b5(_one_of_every_suite(), model, tmp_path)
 
 
 def test_what_llamacpp_cannot_do_is_refused_before_any_compute(tmp_path: Path) -> None:

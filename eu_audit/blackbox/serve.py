@@ -145,6 +145,15 @@ class Backend:
         self.held = [list(s) for s in segs]
         return kept
 
+    def _fit(self, segs: list[list[int]]) -> list[list[int]]:
+        """A message longer than one forward pass (an agent's long system prompt) is cut into pieces of
+        the engine's micro-batch, at fixed offsets: still a function of the token ids alone, so the same
+        request always meets the same schedule."""
+        limit = getattr(self.engine, "n_ubatch", None)
+        if not limit:
+            return segs
+        return [s[i : i + limit] for s in segs for i in range(0, max(len(s), 1), limit)]
+
     def generate(
         self, segs: list[list[int]], max_tokens: int, sampling: Sampling
     ) -> tuple[list[int], int, int, str]:
@@ -152,6 +161,7 @@ class Backend:
         assert self.engine is not None
         if not segs or not any(segs):
             raise BadInput("empty prompt")
+        segs = self._fit(segs)
         with self.lock:
             self.busy = True
             try:

@@ -78,9 +78,14 @@ def serve(gguf: Path, *, port: int, parallel: int = 1, n_ctx: int = 8192, cache_
         time.sleep(0.2)
 
 
-def wait_healthy(url: str, timeout: float = 120.0) -> None:
+def wait_healthy(url: str, timeout: float = 120.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``/health``; when ``proc`` (the server) dies first, say so at once, not at the timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RunFailed(
+                f"the llama.cpp server for {url} exited with code {proc.returncode} before it was healthy"
+            )
         with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=2) as resp:
             if resp.status == 200:
                 return
@@ -108,7 +113,12 @@ def running(model: str, *, port: int | None = None, cache_ram_mib: int = 0) -> I
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_healthy(url)
+            try:
+                wait_healthy(url, proc=proc)
+            except RunFailed as exc:
+                log.seek(0)
+                tail = log.read()[-2000:].decode("utf-8", "replace")
+                raise RunFailed(f"{exc}; its log ends:\n{tail}") from exc
             yield url
         finally:
             proc.terminate()
