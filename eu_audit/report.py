@@ -15,7 +15,7 @@ from eu_audit.audits.metric import report_metrics
 from eu_audit.audits.model import FLOOR, AuditReport
 from eu_audit.audits.output import fmt, row_order, shown_suites
 from eu_audit.errors import BadInput
-from eu_audit.jsonl import atomic_writer
+from eu_audit.jsonl import atomic_writer, check_input_file
 from eu_audit.sweeps import SWEEPS, SweepRow, load_rows
 
 
@@ -98,9 +98,10 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
 
 
 def audit_section(path: Path, out: Path) -> list[str]:
+    check_input_file(path)
     try:
         rep = AuditReport.model_validate_json(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadInput(f"not an audit report (eu-audit audit --json): {exc}", path=str(path)) from None
     from eu_audit.audits.output import summary_lines
 
@@ -121,6 +122,7 @@ def audit_section(path: Path, out: Path) -> list[str]:
             name = f"{method} (floor)" if method == FLOOR else method
             lines.append(f"| {name} | " + " | ".join(fmt(m, c) for m in metrics) + " |")
         lines.append("")
+    lines += _rates_plot(rep, path, out)
     # the behavioral distribution with the floor
     pref = [s for s in rep.states if s.suite == "preference" and s.values.get("avoid") is not None]
     if pref:
@@ -145,6 +147,46 @@ def audit_section(path: Path, out: Path) -> list[str]:
         "",
     ]
     return lines
+
+
+def _rates_plot(rep: AuditReport, path: Path, out: Path) -> list[str]:
+    """The 0..1 rates of the pooled cells (every suite when there is one), one group per metric, one bar
+    per method, the floor's bar hatched: what the tables say, at a glance."""
+    suite = shown_suites(rep)[-1]
+    cells = {m: c for m in row_order(rep) if (c := rep.cell(m, suite)) is not None}
+    metrics = [
+        m
+        for m in report_metrics()
+        if m.fmt == "rate" and any(c.values.get(m.name) is not None for c in cells.values())
+    ]
+    if not cells or not metrics:
+        return []
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.1 * len(metrics) + 2), 3.4))
+    width = 0.8 / len(cells)
+    for i, (method, cell) in enumerate(cells.items()):
+        values = [cell.values.get(m.name) for m in metrics]
+        xs = [j + (i - (len(cells) - 1) / 2) * width for j in range(len(metrics))]
+        ax.bar(
+            xs,
+            [v if v is not None else 0.0 for v in values],
+            width,
+            label=f"{method} (floor)" if method == FLOOR else method,
+            hatch="//" if method == FLOOR else None,
+            edgecolor="black",
+            linewidth=0.5,
+        )
+    ax.set_xticks(range(len(metrics)), [m.label for m in metrics], fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("rate")
+    n = next(iter(cells.values())).n
+    ax.set_title(f"{suite} (n = {n} per method), {rep.model}; unmeasured rates drawn as 0", fontsize=9)
+    ax.legend(fontsize=7, ncol=min(4, len(cells)))
+    fig.tight_layout()
+    png = out / f"rates-{path.stem}.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return [f"![rates per method, {suite}]({png.name})", ""]
 
 
 def write_report(sweeps: list[Path], audits: list[Path], out: Path, title: str, notes: Path | None) -> Path:

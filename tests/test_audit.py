@@ -182,6 +182,12 @@ def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_p
         ("builtin.b7", "leak_probes"),
         ("builtin.b7", "cad"),
     }
+    # the Markdown report reads the same JSON: a table with the floor's row, and the rates drawn
+    proc = run_cli("report", "--audit", str(js), "-o", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| b5 (floor) |" in md and "| b7 |" in md and "![rates per method" in md
+    assert (tmp_path / "report" / "rates-a.png").stat().st_size > 1000
 
 
 def test_bad_gate_or_bundle_exits_2_before_any_model_runs(tmp_path: Path, tiny_states: Path) -> None:
