@@ -1,0 +1,318 @@
+"""A tool-calling agent on LangGraph, served over eu-audit's agent contract.
+
+The shape LangGraph's documentation teaches: a ``StateGraph`` over ``MessagesState`` (plus a running
+summary), compiled with a SQLite checkpointer (``SqliteSaver``: every step of every thread is kept) and a
+SQLite store for long-term memory (``SqliteStore``, one namespace per user). Each model call reads the
+user's memories from the store into the system prompt; a long thread is summarized and its old messages
+removed (``RemoveMessage``). Its forget is the documented ``BaseStore.delete`` of every store item that
+carries the target.
+
+Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``) and sends its
+model calls to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit serve``).
+
+    pip install -r examples/agents/langgraph/requirements.txt
+    OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \
+        python examples/agents/langgraph/agent.py --port 9001 --data /tmp/lg-agent
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import sqlite3
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.store.base import BaseStore
+from langgraph.store.sqlite import SqliteStore
+from openai import OpenAI
+from pydantic import BaseModel, Field
+
+CONTRACT = "eu-audit/agent-api@1"
+SYSTEM = (
+    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
+    "them, and what you remember about the user when it helps."
+)
+KEEP_MESSAGES = 6  # past this, older messages are summarized and removed from the thread
+
+
+class State(MessagesState):
+    summary: str
+
+
+class StartSession(BaseModel):
+    tenant: str
+    seed: int = 0
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class MemoryRecord(BaseModel):
+    id: str
+    text: str
+
+
+class ForgetRequest(BaseModel):
+    target: str
+    variants: list[str] = Field(default_factory=list)
+    hint: dict[str, Any] | None = None
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
+
+
+class LangGraphAgent:
+    def __init__(self, data: Path, model: str, forget: str = "store") -> None:
+        data.mkdir(parents=True, exist_ok=True)
+        self.forget_mode = forget
+        self.client = OpenAI(
+            base_url=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1"),
+            api_key=os.environ.get("OPENAI_API_KEY", "none"),
+        )
+        self.model = model
+        self.checkpointer = SqliteSaver(sqlite3.connect(data / "checkpoints.sqlite", check_same_thread=False))
+        # autocommit, as SqliteStore.from_conn_string opens it: the store runs its own BEGIN/COMMIT
+        self.store = SqliteStore(
+            sqlite3.connect(data / "store.sqlite", check_same_thread=False, isolation_level=None)
+        )
+        self.store.setup()
+        self.graph = self._build()
+        self.sessions: dict[str, dict[str, Any]] = {}  # thread id -> tenant, tools
+        self.lock = threading.RLock()
+
+    # --- the graph ------------------------------------------------------------------------------------
+
+    def _build(self) -> Any:
+        def call_model(state: State, config: RunnableConfig, *, store: BaseStore) -> dict[str, Any]:
+            conf = config["configurable"]
+            system = SYSTEM
+            memories = [it.value["text"] for it in store.search((conf["tenant"], "memories"), limit=20)]
+            if memories:
+                system += "\nWhat you remember about the user:\n" + "\n".join(f"- {m}" for m in memories)
+            if state.get("summary"):
+                system += "\nSummary of the conversation so far: " + state["summary"]
+            messages = [{"role": "system", "content": system}, *convert_to_openai_messages(state["messages"])]
+            return {"messages": [self._ask(messages, conf.get("tools") or None)]}
+
+        g = StateGraph(State)
+        g.add_node("model", call_model)
+        g.add_edge(START, "model")
+        g.add_edge("model", END)
+        return g.compile(checkpointer=self.checkpointer, store=self.store)
+
+    def _ask(self, messages: list[Any], tools: list[dict[str, Any]] | None) -> AIMessage:
+        kw: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 96}
+        if tools:
+            kw["tools"] = tools
+        msg = self.client.chat.completions.create(**kw).choices[0].message
+        calls = []
+        for c in msg.tool_calls or []:
+            try:
+                args = json.loads(c.function.arguments or "{}")
+            except ValueError:
+                args = {}
+            calls.append(
+                {"id": c.id, "name": c.function.name, "args": args if isinstance(args, dict) else {}}
+            )
+        return AIMessage(content=msg.content or "", tool_calls=calls)
+
+    def _config(self, sid: str) -> RunnableConfig:
+        s = self.session(sid)
+        return {"configurable": {"thread_id": sid, "tenant": s["tenant"], "tools": s["tools"]}}
+
+    def _summarize(self, sid: str, keep: int) -> str:
+        """LangGraph's summarization pattern: fold old messages into ``summary`` and remove them."""
+        config = self._config(sid)
+        state = self.graph.get_state(config).values
+        msgs: list[AnyMessage] = list(state.get("messages", []))
+        cut = max(len(msgs) - keep, 0)
+        while cut < len(msgs) and isinstance(msgs[cut], ToolMessage):  # never strand a tool result
+            cut += 1
+        old = msgs[:cut]
+        if not old:
+            return str(state.get("summary", ""))
+        lines = "\n".join(f"{m.type}: {m.content}" for m in old)
+        summary = (
+            self._ask(
+                [
+                    {"role": "system", "content": "Summarize the conversation in at most three sentences."},
+                    {
+                        "role": "user",
+                        "content": f"Earlier summary: {state.get('summary') or '(none)'}\n{lines}",
+                    },
+                ],
+                None,
+            ).content
+            or ""
+        )
+        removals = [RemoveMessage(id=m.id) for m in old if m.id]
+        self.graph.update_state(config, {"summary": str(summary), "messages": removals})
+        return str(summary)
+
+    # --- the contract ---------------------------------------------------------------------------------
+
+    def start(self, body: StartSession) -> dict[str, Any]:
+        sid = uuid.uuid4().hex[:12]
+        self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
+        return {"session_id": sid}
+
+    def send(self, sid: str, body: Message) -> dict[str, Any]:
+        config = self._config(sid)
+        if body.role == "tool" and body.tool_call_id:
+            msg: AnyMessage = ToolMessage(content=body.content, tool_call_id=body.tool_call_id)
+        elif body.role == "tool":  # a tool result the scaffold ran: context for the model
+            msg = HumanMessage(content=f"Tool result ({body.name}): {body.content}")
+        else:
+            msg = HumanMessage(content=body.content)
+        out = self.graph.invoke({"messages": [msg]}, config)
+        ai: AIMessage = out["messages"][-1]
+        actions = [{"id": c["id"], "name": c["name"], "arguments": c["args"]} for c in ai.tool_calls]
+        if len(out["messages"]) > KEEP_MESSAGES and not ai.tool_calls:
+            self._summarize(sid, KEEP_MESSAGES // 2)
+        return {"text": str(ai.content), "actions": actions}
+
+    def fork(self, sid: str) -> dict[str, Any]:
+        new = uuid.uuid4().hex[:12]
+        self.sessions[new] = dict(self.session(sid))
+        values = self.graph.get_state(self._config(sid)).values
+        if values:
+            self.graph.update_state(self._config(new), values, as_node="model")
+        return {"session_id": new}
+
+    def compact(self, sid: str) -> dict[str, Any]:
+        return {"text": self._summarize(sid, 0), "actions": []}
+
+    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+        self.store.put((tenant, "memories"), body.id, {"text": body.text})
+        return {"text": "", "actions": []}
+
+    def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
+        """The documented erasure: ``BaseStore.delete`` of every store item that carries the target. With
+        ``--forget none`` the request is acknowledged and nothing is deleted (the paper's B0)."""
+        if self.forget_mode == "none":
+            return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
+        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        deleted = []
+        for item in self.store.search((tenant,), limit=10_000):
+            if any(n in _norm(json.dumps(item.value)) for n in needles):
+                self.store.delete(item.namespace, item.key)
+                deleted.append("/".join([*item.namespace, item.key]))
+        return {
+            "status": "ok",
+            "detail": f"deleted {len(deleted)} store items",
+            "receipt": {"deleted": deleted},
+        }
+
+    def reset(self, tenant: str) -> dict[str, Any]:
+        for item in self.store.search((tenant,), limit=10_000):
+            self.store.delete(item.namespace, item.key)
+        for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+            self.checkpointer.delete_thread(sid)
+            del self.sessions[sid]
+        return {"ok": True}
+
+    def dump(self, tenant: str) -> dict[str, Any]:
+        """What this agent keeps for the tenant: store items, and every checkpoint of its threads."""
+        items = [
+            {"store": "store", "id": "/".join([*it.namespace, it.key]), "text": json.dumps(it.value)}
+            for it in self.store.search((tenant,), limit=10_000)
+        ]
+        for sid, s in self.sessions.items():
+            if s["tenant"] != tenant:
+                continue
+            for cp in self.checkpointer.list({"configurable": {"thread_id": sid}}):
+                values = cp.checkpoint.get("channel_values", {})
+                texts = [str(getattr(m, "content", "")) for m in values.get("messages", [])]
+                if values.get("summary"):
+                    texts.append(str(values["summary"]))
+                cid = cp.config["configurable"].get("checkpoint_id", "")
+                items += [
+                    {"store": "checkpoints", "id": f"{sid}/{cid}/{i}", "text": t} for i, t in enumerate(texts)
+                ]
+        return {"items": items}
+
+    def session(self, sid: str) -> dict[str, Any]:
+        if sid not in self.sessions:
+            raise HTTPException(404, f"no session {sid}")
+        return self.sessions[sid]
+
+
+def create_app(agent: LangGraphAgent) -> FastAPI:
+    app = FastAPI(title="LangGraph reference agent")
+    p = "/eu-audit/v1"
+
+    def locked(fn: Any) -> Any:
+        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
+        def run(*a: Any, **k: Any) -> Any:
+            with agent.lock:
+                return fn(*a, **k)
+
+        return run
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get(p + "/capabilities")
+    def capabilities() -> dict[str, Any]:
+        return {"version": CONTRACT, "name": "langgraph-agent", "fork": True, "memory_inject": True,
+                "store_dump": True, "compact": True}  # fmt: skip
+
+    app.post(p + "/sessions")(locked(agent.start))
+    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
+    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
+    app.post(p + "/sessions/{sid}/compact")(locked(agent.compact))
+    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
+    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
+    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
+    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=9001)
+    ap.add_argument("--data", type=Path, default=Path("langgraph-agent-data"), help="checkpointer and store")
+    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap.add_argument(
+        "--forget",
+        choices=["store", "none"],
+        default="store",
+        help="store: BaseStore.delete of the items that carry the target; none: delete nothing (B0)",
+    )
+    args = ap.parse_args()
+    uvicorn.run(
+        create_app(LangGraphAgent(args.data, args.model, forget=args.forget)),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""A chat agent with tools on mem0 (the ``mem0ai`` library), served over eu-audit's agent contract.
+
+It is the kind of agent people deploy with mem0: every turn it retrieves the user's memories into the
+system prompt, keeps a rolling summary of the conversation, and after every exchange hands the messages
+to ``Memory.add``: stored as they are by default (``infer=False``), or with ``--infer`` handed to mem0's
+LLM, which extracts facts and merges them with what it holds (its extraction prompt alone is ~8,500
+tokens, more than SmolLM2's context and slow for a 0.5B model on a CPU). Its forget is what mem0 offers
+for erasure: find the memories that carry the target (``search`` and ``get_all``) and ``delete`` each one.
+
+Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``) and sends its
+model calls and embeddings to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit
+serve``). Each tenant gets its own mem0 store under ``--data`` (qdrant local mode on disk and mem0's
+SQLite history), so tenants never see each other.
+
+    pip install -r examples/agents/mem0/requirements.txt
+    OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \
+        python examples/agents/mem0/agent.py --port 9000 --data /tmp/mem0-agent
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import os
+import re
+import shutil
+import sqlite3
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MEM0_TELEMETRY", "False")  # before mem0 is imported: no phone-home
+
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from mem0 import Memory
+from openai import OpenAI
+from pydantic import BaseModel, Field
+
+CONTRACT = "eu-audit/agent-api@1"
+SYSTEM = (
+    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
+    "them, and what you remember about the user when it helps."
+)
+EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
+KEEP_MESSAGES = 6  # the rolling window: older messages are folded into the summary
+
+
+class StartSession(BaseModel):
+    tenant: str
+    seed: int = 0
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class MemoryRecord(BaseModel):
+    id: str
+    text: str
+
+
+class ForgetRequest(BaseModel):
+    target: str
+    variants: list[str] = Field(default_factory=list)
+    hint: dict[str, Any] | None = None
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
+
+
+class Mem0Agent:
+    def __init__(self, data: Path, model: str, infer: bool, forget: str = "mem0") -> None:
+        self.data, self.model, self.infer, self.forget_mode = data, model, infer, forget
+        base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
+        self.base = base
+        self.client = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
+        self.memories: dict[str, Memory] = {}
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.lock = threading.RLock()
+
+    # --- mem0, one store per tenant ------------------------------------------------------------------
+
+    def memory(self, tenant: str) -> Memory:
+        if tenant not in self.memories:
+            folder = self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
+            folder.mkdir(parents=True, exist_ok=True)
+            openai_cfg = {"openai_base_url": self.base, "api_key": "none"}
+            self.memories[tenant] = Memory.from_config(
+                {
+                    "vector_store": {
+                        "provider": "qdrant",
+                        "config": {
+                            "collection_name": "memories",
+                            "path": str(folder / "qdrant"),
+                            "embedding_model_dims": EMBED_DIMS,
+                            "on_disk": True,
+                        },
+                    },
+                    "llm": {
+                        "provider": "openai",
+                        "config": {"model": self.model, "temperature": 0.0, "max_tokens": 200, **openai_cfg},
+                    },
+                    "embedder": {
+                        "provider": "openai",
+                        "config": {"model": "all-MiniLM-L6-v2", "embedding_dims": EMBED_DIMS, **openai_cfg},
+                    },
+                    "history_db_path": str(folder / "history.db"),
+                }
+            )
+        return self.memories[tenant]
+
+    def recall(self, tenant: str, query: str) -> list[str]:
+        hits = self.memory(tenant).search(query, filters={"user_id": tenant}, top_k=5)
+        return [h["memory"] for h in hits.get("results", [])]
+
+    # --- the model ------------------------------------------------------------------------------------
+
+    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Any:
+        kw: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 96}
+        if tools:
+            kw["tools"] = tools
+        return self.client.chat.completions.create(**kw).choices[0].message
+
+    def prompt(self, s: dict[str, Any]) -> list[dict[str, Any]]:
+        system = SYSTEM
+        if s["recalled"]:
+            system += "\nWhat you remember about the user:\n" + "\n".join(f"- {m}" for m in s["recalled"])
+        if s["summary"]:
+            system += "\nSummary of the conversation so far: " + s["summary"]
+        return [{"role": "system", "content": system}, *s["history"]]
+
+    def summarize(self, s: dict[str, Any], keep: int) -> str:
+        """Fold all but the last ``keep`` messages into the rolling summary."""
+        old, s["history"] = s["history"][: len(s["history"]) - keep], s["history"][len(s["history"]) - keep :]
+        if keep == 0:
+            old, s["history"] = old + s["history"], []
+        while s["history"] and s["history"][0]["role"] == "tool":  # a tool result without its call
+            old.append(s["history"].pop(0))
+        if not old:
+            return str(s["summary"])
+        lines = "\n".join(f"{m['role']}: {m.get('content') or ''}" for m in old)
+        msg = self.chat(
+            [
+                {"role": "system", "content": "Summarize the conversation in at most three sentences."},
+                {"role": "user", "content": f"Earlier summary: {s['summary'] or '(none)'}\n{lines}"},
+            ]
+        )
+        s["summary"] = (msg.content or "").strip()
+        s["summaries"].append(s["summary"])
+        return str(s["summary"])
+
+    def answer(self, s: dict[str, Any]) -> dict[str, Any]:
+        msg = self.chat(self.prompt(s), s["tools"])
+        calls = list(msg.tool_calls or [])
+        turn: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
+        if calls:
+            turn["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in calls
+            ]
+        s["history"].append(turn)
+        actions = []
+        for c in calls:
+            try:
+                args = json.loads(c.function.arguments or "{}")
+            except ValueError:
+                args = None
+            actions.append({"id": c.id, "name": c.function.name, "arguments": args})
+        return {"text": msg.content or "", "actions": actions}
+
+    # --- the contract ---------------------------------------------------------------------------------
+
+    def start(self, body: StartSession) -> dict[str, Any]:
+        sid = uuid.uuid4().hex[:12]
+        self.sessions[sid] = {
+            "tenant": body.tenant, "tools": body.tools, "history": [], "summary": "", "summaries": [],
+            "recalled": [],
+        }  # fmt: skip
+        return {"session_id": sid}
+
+    def send(self, sid: str, body: Message) -> dict[str, Any]:
+        s = self.session(sid)
+        if body.role == "tool":
+            s["history"].append(
+                {"role": "tool", "tool_call_id": body.tool_call_id or "scaffold", "content": body.content}
+            )
+            if body.tool_call_id is None:  # a tool result the scaffold ran: the model sees it as context
+                s["history"][-1] = {"role": "user", "content": f"Tool result ({body.name}): {body.content}"}
+        else:
+            s["recalled"] = self.recall(s["tenant"], body.content)
+            s["history"].append({"role": "user", "content": body.content})
+        turn = self.answer(s)
+        exchange = [m for m in s["history"][-2:] if m["role"] in ("user", "assistant") and m.get("content")]
+        if exchange:
+            self.memory(s["tenant"]).add(exchange, user_id=s["tenant"], infer=self.infer)
+        if len(s["history"]) > KEEP_MESSAGES:
+            self.summarize(s, KEEP_MESSAGES // 2)
+        return turn
+
+    def fork(self, sid: str) -> dict[str, Any]:
+        new = uuid.uuid4().hex[:12]
+        self.sessions[new] = copy.deepcopy(self.session(sid))
+        return {"session_id": new}
+
+    def compact(self, sid: str) -> dict[str, Any]:
+        return {"text": self.summarize(self.session(sid), 0), "actions": []}
+
+    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+        self.memory(tenant).add(body.text, user_id=tenant, infer=False, metadata={"record_id": body.id})
+        return {"text": "", "actions": []}
+
+    def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
+        """mem0's erasure: every memory that carries the target, found by search and by listing, deleted.
+        With ``--forget none`` the request is acknowledged and nothing is deleted (the agent before it had
+        a forget: the paper's B0, the baseline its forget is compared with)."""
+        if self.forget_mode == "none":
+            return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
+        m = self.memory(tenant)
+        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        found: dict[str, str] = {}
+        for query in [body.target, *body.variants]:
+            for hit in m.search(query, filters={"user_id": tenant}, top_k=50).get("results", []):
+                found[hit["id"]] = hit["memory"]
+        for item in m.get_all(filters={"user_id": tenant}, top_k=1000).get("results", []):
+            found[item["id"]] = item["memory"]
+        deleted = [mid for mid, text in found.items() if any(n in _norm(text) for n in needles)]
+        for mid in deleted:
+            m.delete(mid)
+        return {
+            "status": "ok",
+            "detail": f"deleted {len(deleted)} mem0 memories",
+            "receipt": {"deleted": deleted},
+        }
+
+    def reset(self, tenant: str) -> dict[str, Any]:
+        if tenant in self.memories:
+            self.memories.pop(tenant).reset()
+        shutil.rmtree(self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant), ignore_errors=True)
+        self.sessions = {k: v for k, v in self.sessions.items() if v["tenant"] != tenant}
+        return {"ok": True}
+
+    def dump(self, tenant: str) -> dict[str, Any]:
+        """What this agent keeps for the tenant: mem0's memories, its history and messages tables, and the
+        sessions' conversation buffers and summaries."""
+        m = self.memory(tenant)
+        items = [
+            {"store": "memory", "id": x["id"], "text": x["memory"]}
+            for x in m.get_all(filters={"user_id": tenant}, top_k=1000).get("results", [])
+        ]
+        db = sqlite3.connect(self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) / "history.db")
+        try:
+            for hid, old, new, event in db.execute("SELECT id, old_memory, new_memory, event FROM history"):
+                items.append({"store": "history", "id": hid, "text": f"{event}: {old or ''} -> {new or ''}"})
+            for mid, content in db.execute("SELECT id, content FROM messages"):
+                items.append({"store": "messages", "id": mid, "text": content or ""})
+        except sqlite3.Error:
+            pass  # a tenant that never stored anything has no tables yet
+        finally:
+            db.close()
+        for sid, s in self.sessions.items():
+            if s["tenant"] != tenant:
+                continue
+            for i, text in enumerate(s["summaries"]):
+                items.append({"store": "summary", "id": f"{sid}/{i}", "text": text})
+            for i, msg in enumerate(s["history"]):
+                items.append(
+                    {"store": "conversation", "id": f"{sid}/{i}", "text": str(msg.get("content") or "")}
+                )
+        return {"items": items}
+
+    def session(self, sid: str) -> dict[str, Any]:
+        if sid not in self.sessions:
+            raise HTTPException(404, f"no session {sid}")
+        return self.sessions[sid]
+
+
+def create_app(agent: Mem0Agent) -> FastAPI:
+    app = FastAPI(title="mem0 reference agent")
+    p = "/eu-audit/v1"
+
+    def locked(fn: Any) -> Any:
+        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
+        def run(*a: Any, **k: Any) -> Any:
+            with agent.lock:
+                return fn(*a, **k)
+
+        return run
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get(p + "/capabilities")
+    def capabilities() -> dict[str, Any]:
+        return {"version": CONTRACT, "name": "mem0-agent", "fork": True, "memory_inject": True,
+                "store_dump": True, "compact": True}  # fmt: skip
+
+    app.post(p + "/sessions")(locked(agent.start))
+    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
+    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
+    app.post(p + "/sessions/{sid}/compact")(locked(agent.compact))
+    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
+    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
+    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
+    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=9000)
+    ap.add_argument(
+        "--data", type=Path, default=Path("mem0-agent-data"), help="mem0's stores, one folder per tenant"
+    )
+    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap.add_argument(
+        "--infer",
+        action="store_true",
+        help="let mem0's LLM extract facts from each exchange (Memory.add infer=True); its extraction prompt "
+        "is ~8,500 tokens, beyond SmolLM2's 8K context, so the default stores the messages as they are",
+    )
+    ap.add_argument(
+        "--forget",
+        choices=["mem0", "none"],
+        default="mem0",
+        help="mem0: delete the memories that carry the target; none: acknowledge and delete nothing (B0)",
+    )
+    args = ap.parse_args()
+    agent = Mem0Agent(args.data, args.model, infer=args.infer, forget=args.forget)
+    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

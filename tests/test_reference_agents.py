@@ -1,0 +1,77 @@
+"""Real memory stacks under the gate. The mem0 reference agent (examples/agents/mem0, the real ``mem0ai``
+library, qdrant local mode, its model calls and embeddings through a real `eu-audit serve`) forgets the way
+mem0 offers, search and delete, and the gate fails on what that leaves: mem0's own history table still
+holds the deleted memory. (The passing control, eu-audit's runtime with selective replay behind the same
+contract, is tests/test_blackbox.py.)"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eu_audit.runtime.models import FAST_MODEL
+
+from .helpers import cli_server, http_process, run_cli
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "agents"
+GATES = [
+    "--gate", "agent.leak_probes<=floor", "--gate", "agent.leak5<=floor", "--gate", "agent.cad<=floor",
+    "--gate", "agent.residue_context==0", "--gate", "agent.residue_store==0",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("serve") / "serve.jsonl"
+    with cli_server("serve", "--model", FAST_MODEL, "--log", str(log)) as url:
+        yield url
+
+
+def reference_agent(name: str, serve: str, data: Path) -> object:
+    script = EXAMPLES / name / "agent.py"
+    return http_process(
+        [sys.executable, str(script), "--data", str(data)], env={"OPENAI_BASE_URL": serve + "/v1"}
+    )
+
+
+def test_no_example_is_imported_by_eu_audit_and_no_agent_imports_eu_audit() -> None:
+    package = Path(__file__).resolve().parent.parent / "eu_audit"
+    assert not [p for p in package.rglob("*.py") if "examples" in p.read_text()]
+    for agent in EXAMPLES.glob("*/agent.py"):
+        assert "eu_audit" not in agent.read_text(), agent
+
+
+@pytest.mark.real_model
+def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(serve: str, tmp_path: Path) -> None:
+    bundle = tmp_path / "mem0.jsonl"
+    with reference_agent("mem0", serve, tmp_path / "mem0-data") as agent:  # type: ignore[attr-defined]
+        proc = run_cli(
+            "record",
+            "--agent",
+            agent,
+            "--serve",
+            serve,
+            "--suite",
+            "builtin",
+            "--n",
+            "1",
+            "--k",
+            "2",
+            "-o",
+            str(bundle),
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_cli("audit", str(bundle), *GATES, "--json", str(tmp_path / "audit.json"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gate agent.residue_store==0: FAILED" in proc.stdout
+    # the residue is really there: the bundle quotes the store item, mem0's DELETE row with the old text
+    residues = [json.loads(x) for x in bundle.read_text().splitlines() if '"type":"residue"' in x]
+    agent_residue = next(r for r in residues if r["session_id"].endswith("/agent"))
+    assert agent_residue["store_tiers"].get("history", 0) >= 1
+    assert "12 Linden" in agent_residue["store_example"] and "history" in proc.stdout
+    floor = next(r for r in residues if r["session_id"].endswith("/b5"))
+    assert floor["store_items_with_z"] == 0  # the reference tenant never saw z, and its store says so
