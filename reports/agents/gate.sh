@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One black-box gate run, as a CI job would run it, for the reports in this folder:
+#
+#   reports/agents/gate.sh AGENT FORGET SUITE N MODEL OUT
+#
+#   AGENT   mem0 | langgraph (examples/agents/AGENT/agent.py) | eu-audit (eu-audit agent, the control)
+#   FORGET  the agent's forget: mem0 | store | none (B0) for the examples; b7 | b1 for eu-audit agent
+#   SUITE   builtin, bfcl-memory, ...   N  sessions per suite   MODEL  what eu-audit serve runs
+#   OUT     a folder: bundle, serve log, audit JSON, JUnit, the gate's output and exit code, timings
+#   K       (environment, default 5) samples per state for Leak@k
+#
+# Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
+set -uo pipefail
+AGENT=$1 FORGET=$2 SUITE=$3 N=$4 MODEL=$5 OUT=$6
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BIN="$ROOT/.venv/bin"
+mkdir -p "$OUT"
+SERVE_PORT=$(( 20000 + RANDOM % 20000 )); AGENT_PORT=$(( SERVE_PORT + 1 ))
+SERVE="http://127.0.0.1:$SERVE_PORT"; URL="http://127.0.0.1:$AGENT_PORT"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+wait_for() { timeout 600 bash -c "until curl -sf $1 >/dev/null; do sleep 1; done"; }
+
+"$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" > "$OUT/serve.out" 2>&1 &
+pids+=($!)
+wait_for "$SERVE/health"
+rm -rf "$OUT/agent-data"
+case "$AGENT" in
+  eu-audit) "$BIN/eu-audit" agent --serve "$SERVE" --forget "$FORGET" --port "$AGENT_PORT" > "$OUT/agent.out" 2>&1 & ;;
+  *) OPENAI_BASE_URL="$SERVE/v1" "$BIN/python" "$ROOT/examples/agents/$AGENT/agent.py" --port "$AGENT_PORT" \
+       --data "$OUT/agent-data" --forget "$FORGET" > "$OUT/agent.out" 2>&1 & ;;
+esac
+pids+=($!)
+wait_for "$URL/eu-audit/v1/capabilities"
+
+start=$(date +%s)
+"$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --suite "$SUITE" --n "$N" --seed 0 \
+  --k "${K:-5}" --out "$OUT/bundle.jsonl" --force > "$OUT/record.out" 2>&1
+rec=$?
+recorded=$(date +%s)
+"$BIN/eu-audit" audit "$OUT/bundle.jsonl" --json "$OUT/audit.json" --junit "$OUT/junit.xml" \
+  --gate 'agent.leak_probes<=floor' --gate 'agent.leak5<=floor' --gate 'agent.cad<=floor' \
+  --gate 'agent.residue_context==0' --gate 'agent.residue_store==0' > "$OUT/gate.out" 2>&1
+code=$?
+done_=$(date +%s)
+printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
+  "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
+cat "$OUT/run.json"

@@ -1,0 +1,48 @@
+"""Where the target survived, read from black-box bundles: per session, what the agent's forget answered,
+which prompt tiers still carried z after it (serve log) and which stores still hold it (dump), with one
+quoted example each. Prints Markdown for the reports in this folder.
+
+    python reports/agents/where.py RUN_DIR [RUN_DIR ...]   # folders written by gate.sh
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def quote(text: str, width: int = 160) -> str:
+    text = " ".join(text.split())
+    return (text[: width - 1] + "…") if len(text) > width else text
+
+
+def main(folders: list[str]) -> None:
+    for folder in map(Path, folders):
+        run = json.loads((folder / "run.json").read_text())
+        records = [json.loads(x) for x in (folder / "bundle.jsonl").read_text().splitlines()]
+        print(
+            f"#### {run['agent']} (forget: {run['forget']}), {run['suite']}, n = {run['n']}, k = {run['k']}: "
+            f"gate exit {run['gate_exit']}; record {run['record_s']} s, audit {run['audit_s']} s"
+        )
+        print()
+        forgets = {r["session_id"]: r for r in records if r["type"] == "agent_forget"}
+        for r in records:
+            if r["type"] != "residue" or not r["session_id"].endswith("/agent"):
+                continue
+            sid = r["session_id"]
+            f = forgets.get(sid, {})
+            ctx = f"{r['context_calls_with_z']} of {r['context_calls']} model calls after the forget"
+            tiers = ", ".join(f"{k} {v}" for k, v in sorted(r["context_tiers"].items())) or "none"
+            stores = ", ".join(f"{k} {v}" for k, v in sorted(r["store_tiers"].items())) or "none"
+            print(f"- `{sid}`: forget answered *{f.get('detail', '?')}*; z reached {ctx} (tiers: {tiers});")
+            print(f"  the dump holds z in {r['store_items_with_z']} of {r['store_items']} items ({stores}).")
+            if r["context_example"]:
+                print(f'  - prompt after the forget: "{quote(r["context_example"])}"')
+            if r["store_example"]:
+                print(f'  - store item: "{quote(r["store_example"])}"')
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
