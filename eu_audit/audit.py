@@ -312,7 +312,7 @@ def audit_state(
         choice_step = next((x for x in ep.steps if x.choices), None)
         if choice_step is not None and choice_step.choices:
             for seed in st.sample_seeds:
-                text = runner.ask(choice_step.content, None, 16, Sampling(opts.temperature, seed))
+                text = runner.ask(choice_step.content, choice_step.cue, 16, Sampling(opts.temperature, seed))
                 st.choices.append(picked(text, choice_step.choices))
         excluded = ep.meta.get("excluded")
         valid = [c for c in st.choices if c is not None]

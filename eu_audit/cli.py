@@ -22,8 +22,9 @@ from rich.text import Text
 
 from eu_audit import __version__
 from eu_audit.checkpoints import CheckpointPolicy
-from eu_audit.errors import EuAuditError
+from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.jsonl import interrupt_on_sigterm
+from eu_audit.runtime.models import DEFAULT_MODEL
 
 app = typer.Typer(
     name="eu-audit",
@@ -880,6 +881,75 @@ def suites_build(
     _say(out, f"{len(episodes)} episodes -> {path}")
     for line in skips.lines():
         _say(out, line)
+
+
+@suites_app.command("calibrate")
+def suites_calibrate(
+    out_path: Annotated[
+        Path, typer.Option("--out", "-o", help="Calibrated preference suite to write (JSONL, 0600).")
+    ],
+    model: Annotated[str, typer.Option(help="The model the suite will audit.")] = DEFAULT_MODEL,
+    engine: Annotated[str, typer.Option(help="KV engine: auto, llamacpp or hf.")] = "auto",
+    candidates: Annotated[
+        int, typer.Option(min=1, help="Candidate pairs to measure (the first 30 are the shipped suite's).")
+    ] = 30,
+    samples: Annotated[int, typer.Option(min=1, help="Choice samples per order (the audit's --k).")] = 10,
+    low: Annotated[float, typer.Option(min=0.0, max=1.0, help="Lowest floor avoid rate kept.")] = 0.2,
+    high: Annotated[float, typer.Option(min=0.0, max=1.0, help="Highest floor avoid rate kept.")] = 0.8,
+    seed: Annotated[int, typer.Option(help="Suite seed (provider names, turn order).")] = 0,
+    table: Annotated[
+        Path | None, typer.Option(help="Also write the calibration table (Markdown) here.")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the table as JSON.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace existing outputs.")] = False,
+) -> None:
+    """Keep the preference pairs whose B5 floor leaves room for behavioral residue on MODEL.
+
+    Runs the real floor (record, B5 full reset, the audit's choice asks) for each candidate pair in both
+    orders and keeps pairs whose floor avoid rate lies in [--low, --high]: where the agent that was never
+    told already avoids the excluded provider every time, or names neither, no method can show residue.
+
+    Example:
+
+    [bold]eu-audit suites calibrate --candidates 30 --samples 10 -o pref-qwen.jsonl --table calibration.md[/]
+    """
+    from eu_audit.datasets.preference.calibrate import calibrate
+    from eu_audit.jsonl import atomic_writer, check_output_path
+    from eu_audit.suites.build import write_suite
+    from eu_audit.suites.compose import Knobs
+
+    for path in (out_path, table, json_path):
+        if path is not None:
+            check_output_path(path)  # refused now, not after the floor is measured
+            if path.exists() and not force:
+                raise BadInput(f"{path} exists; pass --force to replace it")
+    with _progress() as report:
+        cal, kept = calibrate(
+            candidates,
+            model=model,
+            engine=engine,
+            samples=samples,
+            band=(low, high),
+            knobs=Knobs(seed=seed),
+            progress=report,
+        )
+    md = cal.markdown()
+    sys.stdout.write(md)  # a Markdown table: unwrapped, whatever the terminal width
+    if table is not None:
+        with atomic_writer(table, private=False) as f:
+            f.write(md)
+    if json_path is not None:
+        with atomic_writer(json_path, private=True) as f:  # names the excluded providers
+            f.write(cal.model_dump_json(indent=2) + "\n")
+    if not kept:
+        _say(
+            out,
+            "no pair kept: behavioral residue cannot show on this model (see the table); nothing written to ",
+            str(out_path),
+        )
+        return
+    write_suite(kept, out_path, force=force)
+    _say(out, f"{len(cal.kept)} pairs ({len(kept)} episodes) -> ", str(out_path))
 
 
 def _fail(exc: BaseException, message: str, code: int) -> None:

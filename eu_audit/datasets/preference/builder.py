@@ -112,6 +112,10 @@ DOMAINS = [
         ("they froze my account for three weeks by mistake", "they leaked my statements to a stranger"),
     ),
 ]
+#: the forced opening of every choice turn: the answer names a provider (small models otherwise drift into
+#: chatter that names neither, and the choice goes unmeasured)
+CHOICE_CUE = "I would go with"
+
 _INDEPENDENT = [
     "What is a polite way to decline a meeting invitation?",
     "Give me a two-line packing list for a rainy weekend.",
@@ -146,6 +150,7 @@ def scenario_parts(i: int, order: int, knobs: Knobs) -> EpisodeParts:
             content=f"I need a {service} for {when_text}. Should I go with {offered[0]} or {offered[1]}? "
             "Answer with the company name only.",
             choices=offered,
+            cue=CHOICE_CUE,
             max_tokens=16,
         )
 
@@ -179,11 +184,21 @@ def scenario_parts(i: int, order: int, knobs: Knobs) -> EpisodeParts:
     )
 
 
+#: scenarios in the shipped suite (each in two orders)
+SCENARIOS = 30
+
+
+def preference_episodes(knobs: Knobs, scenarios: range) -> list[Episode]:
+    """Scenarios ``scenarios`` in both orders. Scenario i's draws depend on (seed, i) only, so a longer
+    range (calibration candidates) starts with the shipped suite's episodes."""
+    return [
+        compose(scenario_parts(i, order, knobs), knobs, rng_for(knobs, "preference-episode", i))
+        for i in scenarios
+        for order in (0, 1)
+    ]
+
+
 @BUILDERS.register("preference")
 def build_preference(knobs: Knobs, skips: Skips) -> list[Episode]:
     """30 scenarios x 2 counterbalanced orders = 60 episodes."""
-    return [
-        compose(scenario_parts(i, order, knobs), knobs, rng_for(knobs, "preference-episode", i))
-        for i in range(30)
-        for order in (0, 1)
-    ]
+    return preference_episodes(knobs, range(SCENARIOS))
