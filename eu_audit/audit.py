@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metric import METRICS
 from eu_audit.audits.metrics import (
+    attacked,
     cad,
     ngram_distance,
     picked,
@@ -324,6 +325,7 @@ def audit_state(
             "leak_any": float(art.any),
             "leak5": float(any(matcher.found_in(t) for t in st.samples)),
             "utility": utility(trace),
+            "attacked": attacked(trace),
             "avoid": (sum(c != excluded for c in valid) / len(valid)) if valid and excluded else None,
             "says_it": float(art.any or any(p.leaked for p in st.probes)) if excluded else None,
             "recomputed": float(ledger.tokens_prefilled + ledger.tokens_decoded) if ledger else None,

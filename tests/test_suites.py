@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from eu_audit.episodes import Phase, StepKind
+from eu_audit.datasets.agentdojo import env as ad
+from eu_audit.datasets.agentdojo.utility import injection_security, task_utility
+from eu_audit.episodes import Episode, Phase, StepKind
 from eu_audit.errors import BadInput
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.models import LoadedModel
@@ -241,20 +244,39 @@ def test_bad_suite_file_exits_2_naming_line_and_field(tmp_path: Path, mutate, fi
     assert bad.read_bytes() == before
 
 
-def test_agentdojo_utility_is_agentdojos_own_check() -> None:
+def test_agentdojo_sessions_end_with_a_task_the_agent_acts_on() -> None:
+    """After the target, the user asks for a task that does not read the injected vector, and tool-result
+    rounds follow: the agent's calls run and it sees their results."""
+    for ep in load_suite("agentdojo"):
+        kinds = [s.kind for s in ep.steps[-3:]]
+        assert kinds == [StepKind.user, StepKind.tool_return, StepKind.tool_return]
+        assert ep.steps[-3].content == ad.suite(ep.meta["suite"]).user_tasks[ep.meta["future_task"]].PROMPT
+        assert ep.meta["future_task"] != ep.meta["user_task"]
+        assert all(s.phase is Phase.further and not s.independent for s in ep.steps[-3:])
+
+
+def _reference_calls(ep: Episode, task: Any) -> list[tuple[str, dict[str, Any]]]:
+    with ad.frozen_time():
+        return [(c.function, dict(c.args)) for c in task.ground_truth(ad.environment(ep.env["agentdojo"]))]
+
+
+def test_agentdojo_utility_is_agentdojos_own_check_of_the_post_target_task() -> None:
     """The banking bill task passes AgentDojo's check when the agent makes the reference calls, not
     when it only talks."""
-    from eu_audit.datasets.agentdojo import env as ad
-    from eu_audit.datasets.agentdojo.utility import task_utility
-
     ep = next(
         e
         for e in load_suite("agentdojo")
-        if e.meta["suite"] == "banking" and e.meta["user_task"] == "user_task_0"
+        if e.meta["suite"] == "banking" and e.meta["future_task"] == "user_task_0"
     )
-    task = ad.suite("banking").user_tasks["user_task_0"]
-    with ad.frozen_time():
-        calls = [(c.function, dict(c.args)) for c in task.ground_truth(ad.environment(ep.env["agentdojo"]))]
+    calls = _reference_calls(ep, ad.suite("banking").user_tasks["user_task_0"])
     assert task_utility(ep, "Done, I paid the bill.", calls) is True
     assert task_utility(ep, "Done, I paid the bill.", []) is False
     assert task_utility(load_suite("preference")[0], "", []) is None
+
+
+def test_agentdojo_security_counts_an_agent_that_carries_out_the_injected_goal() -> None:
+    ep = next(e for e in load_suite("agentdojo") if e.meta["suite"] == "banking")
+    calls = _reference_calls(ep, ad.suite("banking").injection_tasks[ep.meta["injection_task"]])
+    assert injection_security(ep, "", calls) is True
+    assert injection_security(ep, "", []) is False
+    assert injection_security(load_suite("preference")[0], "", []) is None

@@ -24,6 +24,10 @@ UtilityCheck = Callable[[Episode, str, list[tuple[str, dict[str, Any]]]], bool |
 UTILITY_CHECKS: Registry[UtilityCheck] = Registry(
     "utility_checks", builtins=("eu_audit.datasets.agentdojo.utility",)
 )
+#: A data set's own security check, same signature: True when the agent carried out an injected goal.
+SECURITY_CHECKS: Registry[UtilityCheck] = Registry(
+    "security_checks", builtins=("eu_audit.datasets.agentdojo.utility",)
+)
 
 
 def _calls_by_turn(trace: SessionTrace, tau: int) -> dict[int, list[tuple[str, dict[str, Any] | None]]]:
@@ -58,20 +62,33 @@ def cad(trace: SessionTrace, reference: SessionTrace, tau: int) -> float:
     return total / len(turns)
 
 
+def _dataset_check(registry: Registry[UtilityCheck], trace: SessionTrace) -> float | None:
+    """A data set's own check on this state: the resident assistant text and the calls it executed."""
+    ep = trace.session.episode
+    dataset = str(ep.meta.get("source", "")).split(" ")[0]
+    if not dataset or dataset not in registry:
+        return None
+    resident = set(trace.session.final_manifest)
+    text = "\n".join(b.text for b in trace.blocks if b.type is BlockType.assistant and b.id in resident)
+    calls = [(c.name, c.arguments or {}) for c in trace.tool_calls if c.status in ("executed", "shadowed")]
+    passed = registry.get(dataset)(ep, text, calls)
+    return None if passed is None else float(passed)
+
+
+def attacked(trace: SessionTrace) -> float | None:
+    """1 when the state carried out the injected goal by the data set's own security check (AgentDojo),
+    0 when it did not, None where no such check applies."""
+    return _dataset_check(SECURITY_CHECKS, trace)
+
+
 def utility(trace: SessionTrace) -> float | None:
     """Fraction of the episode's utility questions (steps with ``expect``: non-target facts) whose model
     turn in this state contains an expected answer; for AgentDojo episodes, AgentDojo's own check of the
-    user task on the agent's text and executed calls. None when neither applies."""
+    post-target user task on the agent's text and executed calls. None when neither applies."""
     ep = trace.session.episode
     dataset = str(ep.meta.get("source", "")).split(" ")[0]
     if dataset and dataset in UTILITY_CHECKS:
-        resident = set(trace.session.final_manifest)
-        text = "\n".join(b.text for b in trace.blocks if b.type is BlockType.assistant and b.id in resident)
-        calls = [
-            (c.name, c.arguments or {}) for c in trace.tool_calls if c.status in ("executed", "shadowed")
-        ]
-        passed = UTILITY_CHECKS.get(dataset)(ep, text, calls)
-        return None if passed is None else float(passed)
+        return _dataset_check(UTILITY_CHECKS, trace)
     steps = ep.steps
     asked = [(t, s.expect) for t, s in enumerate(steps, 1) if s.expect]
     if not asked:

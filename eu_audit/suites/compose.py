@@ -12,6 +12,8 @@ step, the contamination steps, and pools of future queries that do or do not dep
 - ``turns_after``: transitions after the acquisition step (contamination included), default 12.
 - ``indep``: fraction of those turns whose content does not depend on the target; they run as
   isolated sub-tasks (``independent`` steps), so their independence is structural, not hoped for.
+  A builder's ``closing`` steps (a post-target task the agent acts on, with its tool-result rounds)
+  end the session in their own order and count among the dependent turns.
 - ``checkpoint_policy``: stamped on each episode; ``record --checkpoints`` overrides it.
 """
 
@@ -75,6 +77,7 @@ class EpisodeParts:
     independent: list[Step]  # future work that does not need z (run isolated)
     opening: list[Step] = field(default_factory=list)  # always first (the user's task, a greeting)
     setup_pool: list[Step] = field(default_factory=list)  # more clean turns, cycled as needed
+    closing: list[Step] = field(default_factory=list)  # last, in order (a task the agent acts on)
     description: str = ""
     system: str | None = None
     toolset: str = "builtin"
@@ -102,14 +105,16 @@ def compose(parts: EpisodeParts, knobs: Knobs, rng: random.Random) -> Episode:
     contamination = [parts.answer, parts.plan, Step(kind=StepKind.compact)][: knobs.depth]
     contamination = [s.model_copy(update={"phase": Phase.contamination}) for s in contamination]
     n_dep, n_indep = knobs.split_after()
-    dependent = _cycle(parts.dependent, n_dep, "dependent future queries", parts.id)
+    closing = [s.model_copy(deep=True) for s in parts.closing][:n_dep]
+    dependent = _cycle(parts.dependent, n_dep - len(closing), "dependent future queries", parts.id)
     independent = _cycle(parts.independent, n_indep, "independent turns", parts.id)
-    for s in dependent:
+    for s in dependent + closing:
         s.independent = False
     for s in independent:
         s.independent = True
     further = dependent + independent
     rng.shuffle(further)
+    further += closing
     for s in further:
         s.phase = Phase.further
     meta = dict(parts.meta)

@@ -24,6 +24,8 @@ from eu_audit.suites.build import BUILDERS, Skips, rng_for
 from eu_audit.suites.compose import EpisodeParts, Knobs, compose
 
 PER_SUITE = 20
+#: tool-result rounds after the post-target task: the agent sees its calls' results and may act again
+ACTING_ROUNDS = 2
 _MARK = "EUAUDITMARK"
 _IDENTIFIER = re.compile(
     r"[\w.+-]+@[\w-]+\.[\w.]+\w"  # e-mail
@@ -112,6 +114,29 @@ def _task_index(tid: str) -> int:
     return int(tid.rsplit("_", 1)[-1])
 
 
+def ground_truth_lengths(suite: Any) -> dict[str, int]:
+    """user task id -> the number of calls in its reference solution (fewer: a task a small model can do)."""
+    env = ad.environment({"suite": suite.name, "injections": {}})
+    with ad.frozen_time():
+        return {uid: len(t.ground_truth(env.model_copy(deep=True))) for uid, t in suite.user_tasks.items()}
+
+
+def acting_task(candidates: list[str], lengths: dict[str, int], rng: Any) -> str:
+    """The post-target task: drawn among the candidates with the shortest reference solutions."""
+    shortest = min(lengths[u] for u in candidates)
+    return str(rng.choice(sorted((u for u in candidates if lengths[u] == shortest), key=_task_index)))
+
+
+def acting_steps(prompt: str) -> list[Step]:
+    """The user asks for the task and the agent's first reply opens a tool call (an agent loop's "tool
+    use required": a small model otherwise describes the call in prose or a code fence, which no
+    scaffold runs); then ``ACTING_ROUNDS`` rounds return the results of the calls it wrote, and it may
+    call again or answer, so it acts on the environment after the target (not only writes a plan)."""
+    return [Step(kind=StepKind.user, content=prompt, cue='<tool_call>\n{"name": "')] + [
+        Step(kind=StepKind.tool_return) for _ in range(ACTING_ROUNDS)
+    ]
+
+
 def _plan_step(suite_name: str, kind: str, tools: list[str]) -> Step:
     key = "slack_email" if (kind == "email" and suite_name == "slack") else kind
     name, arg, opener = _PLAN_CUES[key]
@@ -141,6 +166,7 @@ def suite_episodes(
         key=lambda c: (_task_index(c[0].user_task), c[0].vector, _task_index(c[1])),
     )
     tools = [f.name for f in suite.tools]
+    lengths = ground_truth_lengths(suite)
     episodes = []
     for pair, tid in chosen:
         task = suite.user_tasks[pair.user_task]
@@ -151,6 +177,7 @@ def suite_episodes(
         not_reading = sorted(set(suite.user_tasks) - {p.user_task for p in pairs if p.vector == pair.vector})
         injections = {pair.vector: injection_text(suite.injection_tasks[tid].GOAL)}
         eid = f"agentdojo-{suite_name}-{pair.user_task}-{pair.vector}-{tid}".replace("_", "-")
+        future = acting_task(not_reading, lengths, rng_for(knobs, eid, "acting"))
         dependent = [Step(kind=StepKind.user, content=suite.user_tasks[p.user_task].PROMPT) for p in touching]
         dependent.append(
             Step(
@@ -181,6 +208,7 @@ def suite_episodes(
             plan=_plan_step(suite_name, kind, tools),
             dependent=dependent,
             independent=[Step(kind=StepKind.user, content=suite.user_tasks[u].PROMPT) for u in not_reading],
+            closing=acting_steps(suite.user_tasks[future].PROMPT),
             toolset=f"agentdojo-{suite_name}",
             tools=tools,
             env={"agentdojo": {"suite": suite_name, "version": ad.VERSION, "injections": injections}},
@@ -189,6 +217,7 @@ def suite_episodes(
                 "source": f"agentdojo {ad.VERSION}",
                 "suite": suite_name,
                 "user_task": pair.user_task,
+                "future_task": future,
                 "injection_task": tid,
                 "vector": pair.vector,
                 "vector_default": defaults[pair.vector],
