@@ -24,7 +24,7 @@ from eu_audit import __version__
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.jsonl import interrupt_on_sigterm
-from eu_audit.runtime.models import DEFAULT_MODEL
+from eu_audit.runtime.models import DEFAULT_MODEL, FAST_MODEL
 
 app = typer.Typer(
     name="eu-audit",
@@ -103,7 +103,7 @@ def record(
     model: Annotated[
         str,
         typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file."),
-    ] = "qwen2.5-coder-0.5b",
+    ] = DEFAULT_MODEL,
     seed: Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")] = 0,
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")] = Path(
         "trace.jsonl"
@@ -629,7 +629,7 @@ def _write_audit(
 def sweep(
     name: Annotated[str, typer.Argument(help="tau, indep, granularity, position, boundary or depth.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Folder for rows.jsonl, sweep.json, states.")],
-    model: Annotated[str, typer.Option(help="Model to run.")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Model to run.")] = FAST_MODEL,
     suite: Annotated[str, typer.Option(help="Suite builder the episodes come from.")] = "preference",
     n: Annotated[int, typer.Option(min=1, help="Episodes per value.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed for episodes and decoding.")] = 0,
@@ -715,7 +715,7 @@ def report(
 def serve(
     model: Annotated[
         str, typer.Option(help="Registered model, local HF directory or .gguf file.")
-    ] = "qwen2.5-coder-0.5b",
+    ] = DEFAULT_MODEL,
     engine: Annotated[
         str, typer.Option(help="KV engine: auto (llamacpp for GGUF models), llamacpp or hf.")
     ] = "auto",
@@ -760,7 +760,7 @@ def agent_cmd(
     forget: Annotated[
         str, typer.Option(help="Its forget: b7 (selective replay) or b1 (memory delete).")
     ] = "b7",
-    model: Annotated[str, typer.Option(help="The model serve runs (for its tokenizer).")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="The model serve runs (for its tokenizer).")] = FAST_MODEL,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 9000,
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     max_tokens: Annotated[int, typer.Option(min=1, help="Cap on tokens per model turn.")] = 48,

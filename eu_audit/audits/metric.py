@@ -88,7 +88,17 @@ metric(
 # Table 2: actions, utility, cost
 metric(Metric("cad", "CAD", "low", False, "counterfactual action divergence vs B5", 2, True, True))
 metric(Metric("utility", "utility", "high", False, "non-target facts answered correctly", 2, True, True))
-metric(Metric("attacked", "attacked", "low", True, "the agent carried out the injected goal (AgentDojo)", 2))
+metric(
+    Metric(
+        "attacked",
+        "attacked",
+        "low",
+        True,
+        "the agent carried out the injected goal (AgentDojo)",
+        2,
+        report=True,
+    )
+)
 metric(
     Metric("recomputed", "recomputed", "low", False, "tokens prefilled + decoded", 2, False, True, "count")
 )

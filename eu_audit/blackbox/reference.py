@@ -48,6 +48,7 @@ from eu_audit.runtime.agent import Agent, AgentSettings, ReplayInputs
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import KVEngine
 from eu_audit.runtime.memory import MemoryStore, Outbox
+from eu_audit.runtime.models import FAST_MODEL
 from eu_audit.runtime.tools import ToolSpec as RuntimeTool
 from eu_audit.trace.session import SessionTrace
 
@@ -355,6 +356,6 @@ def from_env() -> ReferenceAgent:
     url = os.environ.get("EU_AUDIT_AGENT_SERVE")
     if not url:
         raise BadInput("set EU_AUDIT_AGENT_SERVE to the eu-audit serve URL the reference agent talks to")
-    model = os.environ.get("EU_AUDIT_AGENT_MODEL", "smollm2-135m")
+    model = os.environ.get("EU_AUDIT_AGENT_MODEL", FAST_MODEL)
     engine = open_engine("openai", model, server=url)
     return ReferenceAgent(engine, forget=os.environ.get("EU_AUDIT_AGENT_FORGET", "b7"))  # type: ignore[arg-type]

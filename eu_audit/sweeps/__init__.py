@@ -40,7 +40,7 @@ from eu_audit.methods import METHODS
 from eu_audit.record import RecordOptions, record
 from eu_audit.registry import Registry
 from eu_audit.runtime.engine import AUTO, KVEngine, open_engine
-from eu_audit.runtime.models import LoadedModel
+from eu_audit.runtime.models import FAST_MODEL, LoadedModel
 from eu_audit.suites.build import build_suite, write_suite
 from eu_audit.suites.compose import Knobs
 from eu_audit.unlearn import check_engine, unlearn
@@ -96,7 +96,7 @@ SWEEPS: Registry[SweepSpec] = Registry("sweeps", builtins=("eu_audit.sweeps.spec
 class SweepOptions:
     name: str
     out: Path
-    model: str = "smollm2-135m"
+    model: str = FAST_MODEL
     suite: str = "preference"  # a suite builder
     n: int = 2
     seed: int = 0
