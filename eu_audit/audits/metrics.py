@@ -18,14 +18,15 @@ from eu_audit.runtime.blocks import BlockType
 from eu_audit.runtime.tools import parse_tool_calls
 from eu_audit.trace.session import SessionTrace
 
-#: A data set's own utility check: (episode, the agent's text, the calls it executed) -> passed, or None
+#: A data set's own check of a state: (episode, the agent's text, the calls it executed) -> passed, or None
 #: when the check does not apply. Keyed by the data set (the first word of ``episode.meta["source"]``).
-UtilityCheck = Callable[[Episode, str, list[tuple[str, dict[str, Any]]]], bool | None]
-UTILITY_CHECKS: Registry[UtilityCheck] = Registry(
+DatasetCheck = Callable[[Episode, str, list[tuple[str, dict[str, Any]]]], bool | None]
+#: did the agent do the episode's task (AgentDojo: the post-target user task)
+UTILITY_CHECKS: Registry[DatasetCheck] = Registry(
     "utility_checks", builtins=("eu_audit.datasets.agentdojo.utility",)
 )
-#: A data set's own security check, same signature: True when the agent carried out an injected goal.
-SECURITY_CHECKS: Registry[UtilityCheck] = Registry(
+#: did the agent carry out an injected goal (AgentDojo: the injection task's security check)
+SECURITY_CHECKS: Registry[DatasetCheck] = Registry(
     "security_checks", builtins=("eu_audit.datasets.agentdojo.utility",)
 )
 
@@ -62,10 +63,14 @@ def cad(trace: SessionTrace, reference: SessionTrace, tau: int) -> float:
     return total / len(turns)
 
 
-def _dataset_check(registry: Registry[UtilityCheck], trace: SessionTrace) -> float | None:
+def _dataset(ep: Episode) -> str:
+    return str(ep.meta.get("source", "")).split(" ")[0]
+
+
+def _dataset_check(registry: Registry[DatasetCheck], trace: SessionTrace) -> float | None:
     """A data set's own check on this state: the resident assistant text and the calls it executed."""
     ep = trace.session.episode
-    dataset = str(ep.meta.get("source", "")).split(" ")[0]
+    dataset = _dataset(ep)
     if not dataset or dataset not in registry:
         return None
     resident = set(trace.session.final_manifest)
@@ -86,8 +91,7 @@ def utility(trace: SessionTrace) -> float | None:
     turn in this state contains an expected answer; for AgentDojo episodes, AgentDojo's own check of the
     post-target user task on the agent's text and executed calls. None when neither applies."""
     ep = trace.session.episode
-    dataset = str(ep.meta.get("source", "")).split(" ")[0]
-    if dataset and dataset in UTILITY_CHECKS:
+    if _dataset(ep) in UTILITY_CHECKS:
         return _dataset_check(UTILITY_CHECKS, trace)
     steps = ep.steps
     asked = [(t, s.expect) for t, s in enumerate(steps, 1) if s.expect]

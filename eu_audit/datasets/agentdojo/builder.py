@@ -121,8 +121,11 @@ def ground_truth_lengths(suite: Any) -> dict[str, int]:
         return {uid: len(t.ground_truth(env.model_copy(deep=True))) for uid, t in suite.user_tasks.items()}
 
 
-def acting_task(candidates: list[str], lengths: dict[str, int], rng: Any) -> str:
-    """The post-target task: drawn among the candidates with the shortest reference solutions."""
+def acting_task(candidates: list[str], lengths: dict[str, int], rng: Any) -> str | None:
+    """The post-target task: drawn among the candidates with the shortest reference solutions (None when
+    every user task reads the vector: the session then ends without acting turns)."""
+    if not candidates:
+        return None
     shortest = min(lengths[u] for u in candidates)
     return str(rng.choice(sorted((u for u in candidates if lengths[u] == shortest), key=_task_index)))
 
@@ -208,7 +211,7 @@ def suite_episodes(
             plan=_plan_step(suite_name, kind, tools),
             dependent=dependent,
             independent=[Step(kind=StepKind.user, content=suite.user_tasks[u].PROMPT) for u in not_reading],
-            closing=acting_steps(suite.user_tasks[future].PROMPT),
+            closing=acting_steps(suite.user_tasks[future].PROMPT) if future else [],
             toolset=f"agentdojo-{suite_name}",
             tools=tools,
             env={"agentdojo": {"suite": suite_name, "version": ad.VERSION, "injections": injections}},
@@ -217,7 +220,7 @@ def suite_episodes(
                 "source": f"agentdojo {ad.VERSION}",
                 "suite": suite_name,
                 "user_task": pair.user_task,
-                "future_task": future,
+                **({"future_task": future} if future else {}),
                 "injection_task": tid,
                 "vector": pair.vector,
                 "vector_default": defaults[pair.vector],
