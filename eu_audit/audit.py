@@ -47,7 +47,7 @@ from eu_audit.runtime.memory import memory_text
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
 from eu_audit.trace.session import Bundle, SessionTrace
-from eu_audit.trace.state import rebuild_state
+from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
 
 Progress = Callable[[str, int, int], None]
@@ -164,16 +164,23 @@ def audit(
     probes = load_probes()
     progress_file = _ProgressFile(Path(unlearned or path), bundle.digest or "", opts)
     done = progress_file.load()
-    states: list[StateAudit] = []
-    for i, trace in enumerate(sessions):
-        key = (trace.session.parent_session or trace.session_id, trace.session.method or "recorded")
+    builder = StateBuilder(eng)
+    # one session's states one after another: they share every segment before tau, which stays cached
+    order = sorted(range(len(sessions)), key=lambda j: _session_key(sessions[j])[0])
+    by_index: dict[int, StateAudit] = {}
+    for i, j in enumerate(order):
+        trace = sessions[j]
+        key = _session_key(trace)
         if progress:
             progress(f"audit {key[0]} {key[1]}", i, len(sessions))
         st = done.get(key)
         if st is None:
-            st = audit_state(trace, runner, probes, opts, self_floor=trace.session.method == FLOOR)
+            st = audit_state(
+                trace, runner, probes, opts, self_floor=trace.session.method == FLOOR, builder=builder
+            )
             progress_file.append(st)
-        states.append(st)
+        by_index[j] = st
+    states = [by_index[j] for j in range(len(sessions))]
     if opts.serving:
         # the recording holds the observation that carried z; states that kept it (B0, B1, B8) do too
         carriers = [*(read_bundle(path).sessions if unlearned is not None else []), *bundle.sessions]
@@ -234,6 +241,10 @@ class _ProgressFile:
             os.fsync(f.fileno())
 
 
+def _session_key(trace: SessionTrace) -> tuple[str, str]:
+    return (trace.session.parent_session or trace.session_id, trace.session.method or "recorded")
+
+
 def _seeds(trace: SessionTrace, opts: AuditOptions, offset: int) -> list[int]:
     return [derive_seed(opts.seed, trace.session.parent_session, "audit", offset + i) for i in range(opts.k)]
 
@@ -278,6 +289,7 @@ def audit_state(
     opts: AuditOptions,
     *,
     self_floor: bool = False,
+    builder: StateBuilder | None = None,
 ) -> StateAudit:
     s = trace.session
     ep = s.episode
@@ -290,31 +302,37 @@ def audit_state(
     try:
         matcher = trace.matcher()
         art = artifact_leak(trace, ep.tau, matcher)
-        rebuild_state(runner.engine, trace)
-        memory_context(runner, trace)
+        builder = builder or StateBuilder(runner.engine)
+        builder.rebuild(trace)
+        memory_context(runner, trace, builder)
         for p in probes:
             prompt, cue = p.render(ep)
             text = runner.ask(prompt, cue, p.max_tokens)
             st.probes.append(ProbeOutcome(probe=p.id, text=text, leaked=matcher.found_in(text)))
         st.sample_seeds = _seeds(trace, opts, 0)
-        for seed in st.sample_seeds:
-            text, gen = runner.ask_ids(
-                task_request(ep), None, opts.max_tokens, Sampling(opts.temperature, seed)
-            )
+        # the B5 floor also samples under other seeds: how far B5 is from itself (the sampling floor)
+        floor_seeds = _seeds(trace, opts, 10_000) if self_floor else []
+        answers = runner.ask_samples(
+            task_request(ep),
+            None,
+            opts.max_tokens,
+            [Sampling(opts.temperature, seed) for seed in [*st.sample_seeds, *floor_seeds]],
+        )
+        for text, gen in answers[: opts.k]:
             st.samples.append(text)
             st.sample_ids.append(gen)
-        if self_floor:
-            for seed in _seeds(trace, opts, 10_000):
-                text, gen = runner.ask_ids(
-                    task_request(ep), None, opts.max_tokens, Sampling(opts.temperature, seed)
-                )
-                st.floor_samples.append(text)
-                st.floor_sample_ids.append(gen)
+        for text, gen in answers[opts.k :]:
+            st.floor_samples.append(text)
+            st.floor_sample_ids.append(gen)
         choice_step = next((x for x in ep.steps if x.choices), None)
         if choice_step is not None and choice_step.choices:
-            for seed in st.sample_seeds:
-                text = runner.ask(choice_step.content, choice_step.cue, 16, Sampling(opts.temperature, seed))
-                st.choices.append(picked(text, choice_step.choices))
+            asked = runner.ask_samples(
+                choice_step.content,
+                choice_step.cue,
+                16,
+                [Sampling(opts.temperature, seed) for seed in st.sample_seeds],
+            )
+            st.choices.extend(picked(text, choice_step.choices) for text, _ in asked)
         excluded = ep.meta.get("excluded")
         valid = [c for c in st.choices if c is not None]
         ledger = trace.ledgers[-1] if trace.ledgers else None
@@ -339,14 +357,14 @@ def audit_state(
     return st
 
 
-def memory_context(runner: ProbeRunner, trace: SessionTrace) -> None:
+def memory_context(runner: ProbeRunner, trace: SessionTrace, builder: StateBuilder) -> None:
     """The post-forget state is the cache *and* the persistent store: the records the agent would
     retrieve next are surfaced once, as the agent surfaces memory, so every probe sees them (B1's delete
     shows here; so does a memory write-back that still holds z)."""
     records = trace.session.memory_final
     if records:
         text = memory_text([(m.id, m.text) for m in records])
-        runner.engine.prefill(runner.encode(runner.chat.message("system", text)))
+        builder.extend(runner.encode(runner.chat.message("system", text)))
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:

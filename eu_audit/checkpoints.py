@@ -8,7 +8,7 @@ longest resident prefix is kept by a crop and any missing recorded blocks are pr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from enum import StrEnum
 from typing import Protocol
 
@@ -107,7 +107,7 @@ class _HasIds(Protocol):
     def token_ids(self) -> list[int]: ...
 
 
-def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+def common_prefix(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1

@@ -20,9 +20,10 @@ from eu_audit.errors import BadInput
 from eu_audit.gate import evaluate, parse_rule
 from eu_audit.matching import TargetMatcher
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.engine import HFEngine
+from eu_audit.runtime.engine import HFEngine, Sampling
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace import rebuild_state
+from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import unlearn
 
 from .helpers import kv_equal, run_cli
@@ -64,6 +65,44 @@ def test_all_probes_share_one_state_and_leave_it_unchanged(tiny: LoadedModel, ti
     # only the probes' own messages were prefilled: the state itself was built once
     assert engine.account.prefilled - prefilled < prompt_tokens + 6 * 20
     assert engine.account.reused >= 6 * len(before_tokens)
+
+
+def test_states_rebuilt_one_after_another_equal_fresh_rebuilds_and_reuse_the_shared_prefix(
+    tiny: LoadedModel, tiny_states: Path
+) -> None:
+    """The audit rebuilds one session's states back to back: the segments before tau stay cached, and
+    every state is still bitwise the one a fresh rebuild gives (cropping is restoring)."""
+    traces = sorted(read_bundle(tiny_states).sessions, key=lambda t: t.session.parent_session or "")
+    shared, fresh = HFEngine(tiny), HFEngine(tiny)
+    builder = StateBuilder(shared)
+    kept = 0
+    for trace in traces:
+        kept += builder.rebuild(trace)
+        builder.extend([5, 6, 7])  # a segment on top (the memory records): the next rebuild drops it
+        rebuild_state(fresh, trace)
+        fresh.prefill([5, 6, 7])
+        assert shared.tokens == fresh.tokens
+        assert kv_equal(shared.kv_tensors(), fresh.kv_tensors())
+    assert kept > 0
+    assert shared.account.prefilled + kept == fresh.account.prefilled
+
+
+def test_samples_of_one_prompt_share_its_prefill_and_equal_separate_asks(
+    tiny: LoadedModel, tiny_states: Path
+) -> None:
+    trace = read_bundle(tiny_states).sessions[0]
+    engine = HFEngine(tiny)
+    rebuild_state(engine, trace)
+    before = list(engine.tokens)
+    runner = ProbeRunner.for_engine(engine)
+    samplings = [Sampling(0.7, seed) for seed in (1, 2, 3)]
+    prefilled = engine.account.prefilled
+    together = runner.ask_samples("Where do I live?", None, 6, samplings)
+    shared_cost = engine.account.prefilled - prefilled
+    apart = [runner.ask_ids("Where do I live?", None, 6, s) for s in samplings]
+    assert together == apart and engine.tokens == before
+    assert shared_cost < engine.account.prefilled - prefilled - shared_cost  # one prompt, not three
+    assert len({tuple(ids) for _, ids in together}) > 1  # the seeds really differ
 
 
 def test_exact_leakage_ignores_case_spacing_punctuation_and_digit_grouping() -> None:

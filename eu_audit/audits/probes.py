@@ -102,16 +102,28 @@ class ProbeRunner:
         self, prompt: str, cue: str | None, max_tokens: int, sampling: Sampling = GREEDY
     ) -> tuple[str, list[int]]:
         """(answer text with the cue, generated ids) of one continuation."""
+        return self.ask_samples(prompt, cue, max_tokens, [sampling])[0]
+
+    def ask_samples(
+        self, prompt: str, cue: str | None, max_tokens: int, samplings: Sequence[Sampling]
+    ) -> list[tuple[str, list[int]]]:
+        """One continuation per sampling of the same prompt: the prompt is prefilled once and each
+        sample is a branch of it, so k samples cost one prompt and k answers (the same tokens as k
+        separate asks: cropping back to a segment start is restoring it)."""
         stop = self.encode(self.chat.stop_strings[0])[-1:]
+        out: list[tuple[str, list[int]]] = []
         with self.engine.branch():
             self.engine.prefill(
                 self.encode(self.chat.message("user", prompt) + self.chat.generation_prompt())
             )
-            ids = self.engine.decode(
-                max_tokens=max_tokens,
-                stop_ids=stop,
-                sampling=sampling,
-                prefix_ids=self.encode(cue) if cue else (),
-            )
-        text = self.decode_text([i for i in ids if i not in stop])
-        return (f"{cue} {text}" if cue else text), list(ids)
+            for sampling in samplings:
+                with self.engine.branch():
+                    ids = self.engine.decode(
+                        max_tokens=max_tokens,
+                        stop_ids=stop,
+                        sampling=sampling,
+                        prefix_ids=self.encode(cue) if cue else (),
+                    )
+                text = self.decode_text([i for i in ids if i not in stop])
+                out.append(((f"{cue} {text}" if cue else text), list(ids)))
+        return out
