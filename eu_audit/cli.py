@@ -552,8 +552,8 @@ def audit(
     under sampling, each next to the B5 floor, with paired statistics; exit 1 when a --gate fails.
 
     The levers on cost: [bold]--n[/] and [bold]--suite[/] at record time (sessions), [bold]-m[/] (methods)
-    and [bold]--k[/] (samples per state). A long audit keeps each finished state in <states>.audit-progress.jsonl: run the
-    same command again after an interruption and it resumes.
+    and [bold]--k[/] (samples per state). A long audit keeps each finished state in
+    <states>.audit-progress.jsonl: run the same command again after an interruption and it resumes.
 
     Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed.
 
