@@ -38,7 +38,7 @@ from eu_audit.audits.metrics import (
     utility,
 )
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, ProbeOutcome, StateAudit
-from eu_audit.audits.probes import Probe, ProbeRunner, load_probes, task_request
+from eu_audit.audits.probes import Ask, Probe, ProbeRunner, load_probes, task_request
 from eu_audit.bundle.io import file_digest, read_bundle
 from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.runtime.agent import derive_seed
@@ -162,7 +162,9 @@ def audit(
     eng = the_engine(bundle)
     runner = ProbeRunner.for_engine(eng)
     probes = load_probes()
-    progress_file = _ProgressFile(Path(unlearned or path), bundle.digest or "", opts)
+    # batched and one-by-one branches sample differently: results of one are never resumed by the other
+    branches = "batched" if getattr(eng, "decode_branches", None) else "one by one"
+    progress_file = _ProgressFile(Path(unlearned or path), bundle.digest or "", opts, branches)
     done = progress_file.load()
     builder = StateBuilder(eng)
     # one session's states one after another: they share every segment before tau, which stays cached
@@ -199,6 +201,7 @@ def audit(
         "cores": os.cpu_count() or 0,
         "states": len(states),
         "resumed_states": len(done),
+        "branches": branches,
         "wall_s_per_session": round(wall / n_sessions, 1),
     }
     return report
@@ -208,9 +211,9 @@ class _ProgressFile:
     """Finished states' results, appended one line each, so an interrupted audit resumes. The first line
     says which states bundle and which options the results belong to; a mismatch starts afresh."""
 
-    def __init__(self, states_bundle: Path, digest: str, opts: AuditOptions) -> None:
+    def __init__(self, states_bundle: Path, digest: str, opts: AuditOptions, branches: str) -> None:
         self.path = states_bundle.with_name(states_bundle.stem + ".audit-progress.jsonl")
-        self.head = {"bundle_digest": digest, "options": opts.fingerprint()}
+        self.head = {"bundle_digest": digest, "options": opts.fingerprint(), "branches": branches}
         self._ours = False  # does the file on disk belong to this audit (same head)?
 
     def load(self) -> dict[tuple[str, str], StateAudit]:
@@ -305,34 +308,39 @@ def audit_state(
         builder = builder or StateBuilder(runner.engine)
         builder.rebuild(trace)
         memory_context(runner, trace, builder)
-        for p in probes:
-            prompt, cue = p.render(ep)
-            text = runner.ask(prompt, cue, p.max_tokens)
-            st.probes.append(ProbeOutcome(probe=p.id, text=text, leaked=matcher.found_in(text)))
+        # every probe, sample and choice is a branch of the state, put in one call (batched where the
+        # engine decodes branches together). The call is the same for every method's state of a session,
+        # so equal states get equal answers (a batch's composition moves its rounding).
         st.sample_seeds = _seeds(trace, opts, 0)
-        # the B5 floor also samples under other seeds: how far B5 is from itself (the sampling floor)
-        floor_seeds = _seeds(trace, opts, 10_000) if self_floor else []
-        answers = runner.ask_samples(
-            task_request(ep),
-            None,
-            opts.max_tokens,
-            [Sampling(opts.temperature, seed) for seed in [*st.sample_seeds, *floor_seeds]],
-        )
-        for text, gen in answers[: opts.k]:
+        choice_step = next((x for x in ep.steps if x.choices), None)
+        choices = (choice_step.choices or []) if choice_step is not None else []
+        asks = [Ask(*p.render(ep), p.max_tokens) for p in probes]
+        asks += [
+            Ask(task_request(ep), None, opts.max_tokens, Sampling(opts.temperature, seed))
+            for seed in st.sample_seeds
+        ]
+        if choice_step is not None and choices:
+            asks += [
+                Ask(choice_step.content, choice_step.cue, 16, Sampling(opts.temperature, seed))
+                for seed in st.sample_seeds
+            ]
+        answers = iter(runner.ask_all(asks))
+        for p in probes:
+            text, _ = next(answers)
+            st.probes.append(ProbeOutcome(probe=p.id, text=text, leaked=matcher.found_in(text)))
+        for _ in st.sample_seeds:
+            text, gen = next(answers)
             st.samples.append(text)
             st.sample_ids.append(gen)
-        for text, gen in answers[opts.k :]:
-            st.floor_samples.append(text)
-            st.floor_sample_ids.append(gen)
-        choice_step = next((x for x in ep.steps if x.choices), None)
-        if choice_step is not None and choice_step.choices:
-            asked = runner.ask_samples(
-                choice_step.content,
-                choice_step.cue,
-                16,
-                [Sampling(opts.temperature, seed) for seed in st.sample_seeds],
-            )
-            st.choices.extend(picked(text, choice_step.choices) for text, _ in asked)
+        st.choices = [picked(text, choices) for text, _ in answers]
+        if self_floor:  # B5 also samples under other seeds, in a call of its own: the sampling floor
+            asks = [
+                Ask(task_request(ep), None, opts.max_tokens, Sampling(opts.temperature, seed))
+                for seed in _seeds(trace, opts, 10_000)
+            ]
+            for text, gen in runner.ask_all(asks):
+                st.floor_samples.append(text)
+                st.floor_sample_ids.append(gen)
         excluded = ep.meta.get("excluded")
         valid = [c for c in st.choices if c is not None]
         ledger = trace.ledgers[-1] if trace.ledgers else None

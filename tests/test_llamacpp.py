@@ -14,7 +14,7 @@ from eu_audit.bundle.io import read_bundle
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.engine import Sampling
+from eu_audit.runtime.engine import Branch, Sampling, run_branches
 from eu_audit.runtime.llamacpp import LlamaCppEngine
 from eu_audit.runtime.models import FAST_MODEL, load_gguf_model
 from eu_audit.suites import load_suite
@@ -117,6 +117,40 @@ def test_sampling_is_seeded_and_branches_leave_the_state_unchanged(smol_gguf) ->
             draws.append(_turn(e, 12, Sampling(temperature=1.2, seed=seed)))
     assert draws[0] == draws[1] != draws[2]
     assert e.kv_state() == before
+
+
+def test_branches_decoded_together_are_deterministic_and_leave_the_state_unchanged(smol_gguf) -> None:  # type: ignore[no-untyped-def]
+    """What the audit relies on when it batches probes and samples. A branch alone in its batch gives the
+    ids it gives one by one (positions, sequences, shared first segments and forced openings are right);
+    a batch gives the same ids every time (so two equal states get equal samples); and the state after
+    it is the state of a run that never branched, down to what the next turn computes. A batch is not
+    bitwise the one-by-one run: its branches' cells interleave in llama.cpp's unified cache, which moves
+    attention's rounding (a sampled token near a tie can differ)."""
+    segs = _segments(smol_gguf.tokenizer)
+    tok = smol_gguf.tokenizer
+    stop = [tok.convert_tokens_to_ids("<|im_end|>")]
+    cue = tuple(tok("My IBAN", add_special_tokens=False)["input_ids"])
+    ask, other = tuple(segs[2]), tuple(segs[3])
+    branches = [
+        Branch((ask,), 12),
+        Branch((other, cue), 8),
+        *(Branch((ask,), 12, Sampling(0.9, seed)) for seed in (1, 2, 3)),
+        Branch((), 6),  # continue from the state's own last logits
+    ]
+    together, apart, plain = (LlamaCppEngine(smol_gguf) for _ in range(3))
+    for e in (together, apart, plain):
+        e.prefill(segs[0])
+        e.prefill(segs[1])
+    before = together.kv_state()
+    batched = together.decode_branches(branches, stop_ids=stop)
+    assert together.decode_branches(branches, stop_ids=stop) == batched
+    assert len({tuple(x) for x in batched[2:5]}) > 1  # the seeds really differ
+    alone = [together.decode_branches([b], stop_ids=stop)[0] for b in branches]
+    apart.decode_branches = None  # type: ignore[method-assign,assignment]  # the one-by-one path
+    assert alone == run_branches(apart, branches, stop)
+    assert together.kv_state() == before
+    assert _session(together, segs, 2) == _session(plain, segs, 2)
+    assert together.kv_state() == plain.kv_state()
 
 
 def test_every_token_is_accounted(smol_gguf) -> None:  # type: ignore[no-untyped-def]

@@ -172,6 +172,8 @@ def summary_lines(report: AuditReport) -> list[str]:
                 f", {c.get('cores')} cores, {c.get('wall_s_per_session')} s per session "
                 f"({c.get('resumed_states', 0)} state(s) resumed)"
             )
+        if c.get("branches"):
+            line += f"; probes and samples decoded {c.get('branches')}"
         lines.append(line + ".")
     return lines
 

@@ -18,7 +18,7 @@ from eu_audit.episodes import Episode, Phase, StepKind
 from eu_audit.jsonl import iter_jsonl
 from eu_audit.registry import Registry
 from eu_audit.runtime.chat import ChatFormat, detect_chat_format
-from eu_audit.runtime.engine import KVEngine, Sampling
+from eu_audit.runtime.engine import Branch, KVEngine, Sampling, run_branches
 from eu_audit.suites import data_dir
 
 LABELS = {
@@ -75,6 +75,16 @@ def task_request(ep: Episode) -> str:
     return "What do you know about me?"
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One question put to a state: a user message, an optional forced opening, a decoding budget."""
+
+    prompt: str
+    cue: str | None
+    max_tokens: int
+    sampling: Sampling = GREEDY
+
+
 @dataclass
 class ProbeRunner:
     """Continuations of one state. Call ``ask`` any number of times; the state never changes."""
@@ -102,28 +112,33 @@ class ProbeRunner:
         self, prompt: str, cue: str | None, max_tokens: int, sampling: Sampling = GREEDY
     ) -> tuple[str, list[int]]:
         """(answer text with the cue, generated ids) of one continuation."""
-        return self.ask_samples(prompt, cue, max_tokens, [sampling])[0]
+        return self.ask_all([Ask(prompt, cue, max_tokens, sampling)])[0]
 
     def ask_samples(
         self, prompt: str, cue: str | None, max_tokens: int, samplings: Sequence[Sampling]
     ) -> list[tuple[str, list[int]]]:
-        """One continuation per sampling of the same prompt: the prompt is prefilled once and each
-        sample is a branch of it, so k samples cost one prompt and k answers (the same tokens as k
-        separate asks: cropping back to a segment start is restoring it)."""
+        """One continuation per sampling of the same prompt (its prefill shared)."""
+        return self.ask_all([Ask(prompt, cue, max_tokens, s) for s in samplings])
+
+    def ask_all(self, asks: Sequence[Ask]) -> list[tuple[str, list[int]]]:
+        """Every ask as a branch of the state, in one call. An engine that batches branches decodes them
+        together (llamacpp: one sequence each; the same ids every time, not bitwise the one-by-one ids,
+        tests/test_llamacpp.py); any other runs them one by one, the same tokens as separate asks, with
+        consecutive asks of the same prompt prefilling it once."""
         stop = self.encode(self.chat.stop_strings[0])[-1:]
-        out: list[tuple[str, list[int]]] = []
-        with self.engine.branch():
-            self.engine.prefill(
-                self.encode(self.chat.message("user", prompt) + self.chat.generation_prompt())
+        branches = [
+            Branch(
+                (
+                    tuple(self.encode(self.chat.message("user", a.prompt) + self.chat.generation_prompt())),
+                    *((tuple(self.encode(a.cue)),) if a.cue else ()),
+                ),
+                a.max_tokens,
+                a.sampling,
             )
-            for sampling in samplings:
-                with self.engine.branch():
-                    ids = self.engine.decode(
-                        max_tokens=max_tokens,
-                        stop_ids=stop,
-                        sampling=sampling,
-                        prefix_ids=self.encode(cue) if cue else (),
-                    )
-                text = self.decode_text([i for i in ids if i not in stop])
-                out.append(((f"{cue} {text}" if cue else text), list(ids)))
+            for a in asks
+        ]
+        out = []
+        for a, ids in zip(asks, run_branches(self.engine, branches, stop), strict=True):
+            text = self.decode_text([i for i in ids if i not in stop])
+            out.append(((f"{a.cue} {text}" if a.cue else text), list(ids)))
         return out

@@ -60,6 +60,16 @@ class Sampling:
             raise ValueError("sampling needs an explicit seed (reproducibility is part of the contract)")
 
 
+@dataclass(frozen=True)
+class Branch:
+    """One continuation of a state: segments prefilled one forward pass each (none: continue from the
+    state's last logits), then up to ``max_tokens`` ids decoded under ``sampling``."""
+
+    segments: tuple[tuple[int, ...], ...]
+    max_tokens: int
+    sampling: Sampling = Sampling()
+
+
 class KVEngine(Protocol):
     """What the agent runtime, replay, methods and audits need from an engine. Kept narrow on purpose so
     that a served engine (where restore means re-sending the clean prefix) can implement it too.
@@ -111,6 +121,40 @@ class KVEngine(Protocol):
         """A second, empty cache on the same model that accounts into this engine's account (isolated
         sub-tasks run there)."""
         ...
+
+
+def run_branches(engine: KVEngine, branches: Sequence[Branch], stop_ids: Sequence[int]) -> list[list[int]]:
+    """Every branch's decoded ids (a final stop id included); the state is unchanged afterwards. An
+    engine with ``decode_branches`` decodes them together; any other runs them one by one, prefilling a
+    first segment that consecutive branches share once (cropping back to it is restoring it)."""
+    together = getattr(engine, "decode_branches", None)
+    if together is not None:
+        return list(together(branches, stop_ids=stop_ids))
+    out: list[list[int]] = []
+    i = 0
+    while i < len(branches):
+        first = branches[i].segments[:1]
+        j = i
+        while j < len(branches) and branches[j].segments[:1] == first:
+            j += 1
+        with engine.branch():
+            for seg in first:
+                engine.prefill(seg)
+            for b in branches[i:j]:
+                with engine.branch():
+                    rest = b.segments[1:]
+                    for seg in rest[:-1]:
+                        engine.prefill(seg)
+                    out.append(
+                        engine.decode(
+                            max_tokens=b.max_tokens,
+                            stop_ids=stop_ids,
+                            sampling=b.sampling,
+                            prefix_ids=rest[-1] if rest else (),
+                        )
+                    )
+        i = j
+    return out
 
 
 class EngineFactory(Protocol):

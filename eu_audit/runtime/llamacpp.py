@@ -33,12 +33,13 @@ import numpy as np
 import torch
 
 from eu_audit.errors import BadInput, CropUnsupported, RunFailed
-from eu_audit.runtime.engine import ENGINES, Sampling, TokenAccount
+from eu_audit.runtime.engine import ENGINES, Branch, Sampling, TokenAccount
 from eu_audit.runtime.models import LoadedModel, load_gguf_model
 
 WHEEL = "ik-llama-cpp-python"
 DEFAULT_CTX = 8192
 DEFAULT_UBATCH = 4096  # a segment longer than this would be split across forward passes: refused
+BRANCH_SEQS = 24  # sequences per context: seq 0 holds the state, the others batched branches of it
 GGML_TYPE_F16 = 1
 
 
@@ -77,6 +78,14 @@ class _Lib:
             ctypes.c_uint32,
         ]
         lib.llama_state_seq_get_data.restype = ctypes.c_size_t
+        lib.llama_kv_cache_seq_cp.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int32,
+            ctypes.c_int32,
+            ctypes.c_int32,
+            ctypes.c_int32,
+        ]
+        lib.llama_kv_cache_seq_cp.restype = None
         lib.llama_vocab_n_tokens.argtypes = [ctypes.c_void_p]
         lib.llama_vocab_n_tokens.restype = ctypes.c_int32
         # llama.cpp logs every load to stderr: keep the CLI's output readable
@@ -119,7 +128,8 @@ def wheel_version() -> str:
 
 @ENGINES.register("llamacpp")
 class LlamaCppEngine:
-    """llama.cpp on one sequence (seq 0), batch 1, CPU."""
+    """llama.cpp on one sequence (seq 0), batch 1, CPU; branches of the state (probes, samples) decode
+    together on sequences 1.. (``decode_branches``)."""
 
     name = "llamacpp"
 
@@ -149,7 +159,7 @@ class LlamaCppEngine:
         params.n_ctx = n_ctx
         params.n_batch = n_ctx
         params.n_ubatch = self.n_ubatch
-        params.n_seq_max = 1
+        params.n_seq_max = BRANCH_SEQS
         params.n_threads = params.n_threads_batch = self.n_threads
         params.flash_attn = False  # the fork's flash attention asserts on some CPUs and shapes
         params.type_k = params.type_v = GGML_TYPE_F16
@@ -348,6 +358,140 @@ class LlamaCppEngine:
         turn = [*prefix_ids, *gen, *(closing_after_stop if ended else closing_ids)]
         self.commit(start, turn)
         return turn
+
+    # -- branches decoded together -------------------------------------------------------------
+    def decode_branches(self, branches: Sequence[Branch], *, stop_ids: Sequence[int]) -> list[list[int]]:
+        """Continuations of the current state, each on its own sequence, decoded as one batch per step
+        (one token of every unfinished branch per ``llama_decode``). Segments keep the canonical
+        schedule: each is one forward pass on its branch's sequence, and a first segment that branches
+        share is prefilled once and copied (``llama_kv_cache_seq_cp``, which shares cells). The state
+        (seq 0) is untouched; the branches' sequences are removed at the end. Returns the decoded ids
+        of each branch, as ``decode`` would (a final stop id included)."""
+        out: list[list[int]] = []
+        group: list[Branch] = []
+        room = self.n_ctx - self.offset
+        for b in branches:
+            need = sum(len(s) for s in b.segments) + b.max_tokens
+            if need > room:
+                raise RunFailed(f"a branch needs {need} tokens past the state's {self.offset}: beyond n_ctx")
+            used = sum(sum(len(s) for s in g.segments) + g.max_tokens for g in group)
+            if group and (len(group) == BRANCH_SEQS - 1 or used + need > room):
+                out += self._decode_group(group, stop_ids)
+                group = []
+            group.append(b)
+        if group:
+            out += self._decode_group(group, stop_ids)
+        return out
+
+    def _batch(self, items: Sequence[tuple[int, int, int]]) -> list[np.ndarray]:
+        """One ``llama_decode`` of (token, position, sequence) items, logits for every item."""
+        C = self._api.C
+        n = len(items)
+        batch = C.llama_batch_init(n, 0, 1)
+        try:
+            batch.n_tokens = n
+            for i, (tok, pos, seq) in enumerate(items):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = int(tok), pos, 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = 1
+            rc = C.llama_decode(self._ctx, batch)
+        finally:
+            C.llama_batch_free(batch)
+        if rc != 0:
+            raise RunFailed(f"llama_decode failed (code {rc}) on a batch of {n} branch tokens")
+        self.account.forwards += 1
+        return [
+            np.ctypeslib.as_array(C.llama_get_logits_ith(self._ctx, i), shape=(self.n_vocab,)).copy()
+            for i in range(n)
+        ]
+
+    def _segment(self, ids: Sequence[int], pos: int, seq: int) -> np.ndarray:
+        """One segment on one branch sequence as a single forward pass; the logits of its last id."""
+        n = len(ids)
+        if n > self.n_ubatch:
+            raise RunFailed(f"a segment of {n} tokens exceeds the engine's micro-batch ({self.n_ubatch})")
+        C = self._api.C
+        batch = C.llama_batch_init(n, 0, 1)
+        try:
+            batch.n_tokens = n
+            for i, tok in enumerate(ids):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = int(tok), pos + i, 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = 1 if i == n - 1 else 0
+            rc = C.llama_decode(self._ctx, batch)
+        finally:
+            C.llama_batch_free(batch)
+        if rc != 0:
+            raise RunFailed(f"llama_decode failed (code {rc}) on a branch segment at position {pos}")
+        self.account.forwards += 1
+        self.account.prefilled += n
+        ptr = C.llama_get_logits_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def _decode_group(self, group: Sequence[Branch], stop_ids: Sequence[int]) -> list[list[int]]:
+        lib, start = self._api.lib, self.offset
+        seqs = list(range(1, len(group) + 1))
+        pos = [start] * len(group)
+        logits: list[np.ndarray | None] = [self._last_logits] * len(group)
+        try:
+            for seq in seqs:
+                lib.llama_kv_cache_seq_cp(self._ctx, 0, seq, 0, start)
+            self.account.reused += start * len(group)
+            lead: dict[tuple[int, ...], int] = {}  # a shared first segment -> the branch that computed it
+            first_logits: dict[tuple[int, ...], np.ndarray | None] = {}
+            for i, b in enumerate(group):
+                for r, seg in enumerate(b.segments):
+                    if not seg:
+                        continue
+                    j = lead.get(seg, -1) if r == 0 else -1
+                    if j >= 0:  # the same first segment at the same position: share its cells
+                        lib.llama_kv_cache_seq_cp(self._ctx, seqs[j], seqs[i], start, start + len(seg))
+                        logits[i] = first_logits[seg]
+                    else:
+                        logits[i] = self._segment(seg, pos[i], seqs[i])
+                        if r == 0:
+                            lead[seg] = i
+                            first_logits[seg] = logits[i]
+                    pos[i] += len(seg)
+            outs = self._decode_steps(group, seqs, pos, logits, set(stop_ids))
+        finally:
+            for seq in seqs:
+                lib.llama_kv_cache_seq_rm(self._ctx, seq, -1, -1)
+        return outs
+
+    def _decode_steps(
+        self,
+        group: Sequence[Branch],
+        seqs: Sequence[int],
+        pos: list[int],
+        logits: list[np.ndarray | None],
+        stops: set[int],
+    ) -> list[list[int]]:
+        gens = [
+            torch.Generator().manual_seed(int(b.sampling.seed or 0)) if b.sampling.temperature > 0 else None
+            for b in group
+        ]
+        outs: list[list[int]] = [[] for _ in group]
+        active = [i for i, b in enumerate(group) if b.max_tokens > 0]
+        while active:
+            feed = []
+            for i in active:
+                lg = logits[i]
+                if lg is None:
+                    raise RunFailed("a branch needs a prefilled segment first (the state ends at a crop)")
+                tok = self._pick(lg, group[i].sampling, gens[i])
+                outs[i].append(tok)
+                if tok not in stops and len(outs[i]) < group[i].max_tokens:
+                    feed.append(i)  # the last id is not fed, as in decode
+            if not feed:
+                break
+            fresh = self._batch([(outs[i][-1], pos[i], seqs[i]) for i in feed])
+            for i, lg in zip(feed, fresh, strict=True):
+                logits[i] = lg
+                pos[i] += 1
+            active = feed
+        self.account.decoded += sum(len(o) for o in outs)
+        return outs
 
 
 def bare_generate(
