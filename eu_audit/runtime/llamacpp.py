@@ -183,8 +183,10 @@ class LlamaCppEngine:
     def __del__(self) -> None:
         ctx = getattr(self, "_ctx", None)
         if ctx:
-            with contextlib.suppress(Exception):
+            try:  # noqa: SIM105  (plain try: at interpreter exit contextlib may already be gone)
                 self._api.C.llama_free(ctx)
+            except Exception:
+                pass
             self._ctx = None
 
     def _check_croppable(self) -> None:
