@@ -1,17 +1,20 @@
-"""An audit's per-state work, the old way and eu-audit's way, side by side on the same states.
+"""An audit's per-state work three ways, side by side on the same states.
 
     python bench/audit_states.py STATES.jsonl --k 5 --max-tokens 24 --repeat 2
 
 STATES.jsonl is a bundle of post-forget states (``<bundle>.audit-states.jsonl``, written by
-``eu-audit audit`` or ``eu-audit unlearn -m all``), on the engine and model it records. For every state,
-one session's states back to back:
+``eu-audit audit`` or ``eu-audit unlearn -m all``), on the engine and model it records. For every state
+(one session's states back to back), the six probes and k samples of the task request:
 
-  apart:   rebuild from an empty cache, then k samples of the task request, each prefilling the prompt
-  shared:  rebuild keeping the segments the previous state shares (StateBuilder), then the k samples as
-           branches of one prompt prefill (ProbeRunner.ask_samples): what ``eu-audit audit`` does
+  apart:    rebuild from an empty cache, then every probe and sample as its own branch (prompt included)
+  shared:   rebuild keeping the segments the previous state shares (StateBuilder); probes and samples one
+            by one, the k samples branching from one prefill of their prompt
+  batched:  as shared, but every branch decoded together (llamacpp's decode_branches): what
+            ``eu-audit audit`` does on an engine that batches
 
-The script checks both give the same sample tokens, and prints wall time, prefilled tokens and the
-ratios apart/shared, median of --repeat runs interleaved.
+apart and shared must give the same ids (the script checks); batched must give the same ids on every
+repeat (it is deterministic, not bitwise the one-by-one run). Prints wall time and prefilled tokens per
+way and the ratios to apart, median of --repeat runs interleaved.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from eu_audit.audits.probes import ProbeRunner, task_request
+from eu_audit.audits.probes import Ask, ProbeRunner, load_probes, task_request
 from eu_audit.bundle.io import read_bundle
 from eu_audit.runtime.engine import KVEngine, Sampling
 from eu_audit.trace import rebuild_state
@@ -29,25 +34,50 @@ from eu_audit.trace.session import SessionTrace
 from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import engine_for
 
-Samples = list[list[int]]
+Ids = list[list[int]]
 
 
-def apart(engine: KVEngine, traces: list[SessionTrace], samplings: list[Sampling], n: int) -> Samples:
-    runner = ProbeRunner.for_engine(engine)
-    out: Samples = []
+class OneByOne:
+    """The engine with its branch batching hidden: ask_all then runs branches one by one."""
+
+    def __init__(self, engine: KVEngine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "decode_branches":
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+
+def asks(trace: SessionTrace, k: int, n: int) -> list[Ask]:
+    ep = trace.session.episode
+    probes = [Ask(*p.render(ep), p.max_tokens) for p in load_probes()]
+    return probes + [Ask(task_request(ep), None, n, Sampling(0.7, seed)) for seed in range(k)]
+
+
+def apart(engine: KVEngine, traces: list[SessionTrace], k: int, n: int) -> Ids:
+    runner = ProbeRunner.for_engine(OneByOne(engine))  # type: ignore[arg-type]
+    out: Ids = []
     for t in traces:
         rebuild_state(engine, t)
-        out += [runner.ask_ids(task_request(t.session.episode), None, n, s)[1] for s in samplings]
+        out += [runner.ask_ids(a.prompt, a.cue, a.max_tokens, a.sampling)[1] for a in asks(t, k, n)]
     return out
 
 
-def shared(engine: KVEngine, traces: list[SessionTrace], samplings: list[Sampling], n: int) -> Samples:
-    runner, builder = ProbeRunner.for_engine(engine), StateBuilder(engine)
-    out: Samples = []
+def _shared(runner: ProbeRunner, engine: KVEngine, traces: list[SessionTrace], k: int, n: int) -> Ids:
+    builder, out = StateBuilder(engine), []
     for t in traces:
         builder.rebuild(t)
-        out += [ids for _, ids in runner.ask_samples(task_request(t.session.episode), None, n, samplings)]
+        out += [ids for _, ids in runner.ask_all(asks(t, k, n))]
     return out
+
+
+def shared(engine: KVEngine, traces: list[SessionTrace], k: int, n: int) -> Ids:
+    return _shared(ProbeRunner.for_engine(OneByOne(engine)), engine, traces, k, n)  # type: ignore[arg-type]
+
+
+def batched(engine: KVEngine, traces: list[SessionTrace], k: int, n: int) -> Ids:
+    return _shared(ProbeRunner.for_engine(engine), engine, traces, k, n)
 
 
 def main() -> None:
@@ -56,30 +86,45 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--sessions", type=int, help="only the first N recorded sessions' states")
     args = ap.parse_args()
     bundle = read_bundle(args.states)
     traces = sorted(bundle.sessions, key=lambda t: t.session.parent_session or t.session_id)
+    if args.sessions:
+        keep = list(dict.fromkeys(t.session.parent_session for t in traces))[: args.sessions]
+        traces = [t for t in traces if t.session.parent_session in keep]
     engine = engine_for(bundle)
-    samplings = [Sampling(0.7, seed) for seed in range(args.k)]
-    runs: dict[str, list[tuple[float, int]]] = {"apart": [], "shared": []}
-    answers: dict[str, Samples] = {}
+    ways: dict[str, Callable[[KVEngine, list[SessionTrace], int, int], Ids]] = {
+        "apart": apart,
+        "shared": shared,
+    }
+    if getattr(engine, "decode_branches", None):
+        ways["batched"] = batched
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in ways}
+    answers: dict[str, list[Ids]] = {name: [] for name in ways}
     for _ in range(args.repeat):
-        for name, fn in (("apart", apart), ("shared", shared)):
+        for name, fn in ways.items():
             engine.reset()
             before, t0 = engine.account.copy(), time.perf_counter()
-            answers[name] = fn(engine, traces, samplings, args.max_tokens)
+            answers[name].append(fn(engine, traces, args.k, args.max_tokens))
             runs[name].append((time.perf_counter() - t0, engine.account.since(before).prefilled))
-    assert answers["apart"] == answers["shared"], "the two ways gave different samples"
+    assert answers["apart"][0] == answers["shared"][0], "apart and shared gave different ids"
+    if "batched" in answers:
+        assert all(a == answers["batched"][0] for a in answers["batched"]), "batched is not deterministic"
     sessions = len({t.session.parent_session for t in traces})
     print(
         f"{len(traces)} states of {sessions} sessions on {engine.name} ({bundle.header.model.name}), "
-        f"k = {args.k} samples of {args.max_tokens} tokens, median of {args.repeat}; same samples: yes"
+        f"6 probes + k = {args.k} samples of {args.max_tokens} tokens per state, median of {args.repeat}; "
+        "apart == shared: yes; batched the same on every repeat: "
+        + ("yes" if "batched" in answers else "n/a (the engine runs branches one by one)")
     )
     med = {n: (statistics.median(w for w, _ in r), r[0][1]) for n, r in runs.items()}
+    base = med["apart"]
     for name, (wall, toks) in med.items():
-        print(f"  {name:7s} wall {wall:7.1f} s   prefilled {toks:8d} tokens")
-    a, s = med["apart"], med["shared"]
-    print(f"  apart/shared: wall {a[0] / s[0]:.2f}x, prefilled tokens {a[1] / s[1]:.2f}x")
+        print(
+            f"  {name:8s} wall {wall:7.1f} s   prefilled {toks:8d} tokens   "
+            f"apart/{name}: wall {base[0] / wall:.2f}x, prefilled {base[1] / max(toks, 1):.2f}x"
+        )
 
 
 if __name__ == "__main__":
