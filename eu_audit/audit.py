@@ -460,6 +460,8 @@ def summarise(
         bundle_digest=file_digest(path),
         unlearned=str(unlearned) if unlearned else None,
         model=model,
+        model_digest=bundle.header.model.weight_digest,
+        engine_facts=dict(bundle.header.engine_facts),
         seed=opts.seed,
         k=opts.k,
         temperature=opts.temperature,

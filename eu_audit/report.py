@@ -143,7 +143,11 @@ def audit_section(path: Path, out: Path) -> list[str]:
         lines += [f"![behavior]({png.name})", ""]
     lines += [
         f"Audit of `{rep.bundle}` (sha256 {rep.bundle_digest[:12]}), k = {rep.k} at T = {rep.temperature}, "
-        f"seed {rep.seed}, margin {rep.margin}, eu-audit {rep.tool_version}.",
+        f"seed {rep.seed}, margin {rep.margin}, eu-audit {rep.tool_version}; model {rep.model}"
+        + (f" (weights sha256 {rep.model_digest[:12]})" if rep.model_digest else "")
+        + f" on {rep.engine}"
+        + (f" ({rep.engine_facts['library']})" if rep.engine_facts.get("library") else "")
+        + ".",
         "",
     ]
     return lines

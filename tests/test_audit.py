@@ -226,6 +226,8 @@ def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_p
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "report" / "report.md").read_text()
     assert "| b5 (floor) |" in md and "| b7 |" in md and "![rates per method" in md
+    # each table says what made it: the weights' digest and the engine
+    assert f"weights sha256 {report['model_digest'][:12]}" in md and f"on {report['engine']}" in md
     assert (tmp_path / "report" / "rates-a.png").stat().st_size > 1000
 
 

@@ -76,7 +76,9 @@ class AuditReport(BaseModel):
     bundle_digest: str
     unlearned: str | None = None
     model: str
+    model_digest: str | None = None  # sha256 of the weights the bundle was recorded with
     engine: str = "hf"
+    engine_facts: dict[str, Any] = Field(default_factory=dict)  # library and version, threads, KV type
     seed: int
     k: int
     temperature: float
