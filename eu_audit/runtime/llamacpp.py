@@ -254,27 +254,35 @@ class LlamaCppEngine:
             )
         if self.offset + n > self.n_ctx:
             raise RunFailed(f"the session needs more than the engine's context of {self.n_ctx} tokens")
+        items = [(int(t), self.offset + i, 0, i == n - 1) for i, t in enumerate(ids)]
+        logits = self._llama_decode(items, f"at position {self.offset}")[0]
+        self._tokens.extend(int(t) for t in ids)
+        self._last_logits = logits
+        return logits
+
+    def _llama_decode(self, items: Sequence[tuple[int, int, int, bool]], where: str) -> list[np.ndarray]:
+        """One ``llama_decode`` of (token, position, sequence, wants logits) items; returns the logits
+        asked for, in order."""
         C = self._api.C
+        n = len(items)
         batch = C.llama_batch_init(n, 0, 1)
         try:
             batch.n_tokens = n
-            for i, tok in enumerate(ids):
-                batch.token[i] = int(tok)
-                batch.pos[i] = self.offset + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = 1 if i == n - 1 else 0
+            for i, (tok, pos, seq, want) in enumerate(items):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = 1 if want else 0
             rc = C.llama_decode(self._ctx, batch)
         finally:
             C.llama_batch_free(batch)
         if rc != 0:
-            raise RunFailed(f"llama_decode failed (code {rc}) at position {self.offset}")
-        ptr = C.llama_get_logits_ith(self._ctx, -1)
-        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
-        self._tokens.extend(int(t) for t in ids)
+            raise RunFailed(f"llama_decode failed (code {rc}) {where}")
         self.account.forwards += 1
-        self._last_logits = logits
-        return logits
+        return [
+            np.ctypeslib.as_array(C.llama_get_logits_ith(self._ctx, i), shape=(self.n_vocab,)).copy()
+            for i, item in enumerate(items)
+            if item[3]
+        ]
 
     def prefill(self, ids: Sequence[int]) -> None:
         """Run one segment through the model as a single chunk."""
@@ -385,50 +393,15 @@ class LlamaCppEngine:
             out += self._decode_group(group, stop_ids)
         return out
 
-    def _batch(self, items: Sequence[tuple[int, int, int]]) -> list[np.ndarray]:
-        """One ``llama_decode`` of (token, position, sequence) items, logits for every item."""
-        C = self._api.C
-        n = len(items)
-        batch = C.llama_batch_init(n, 0, 1)
-        try:
-            batch.n_tokens = n
-            for i, (tok, pos, seq) in enumerate(items):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = int(tok), pos, 1
-                batch.seq_id[i][0] = seq
-                batch.logits[i] = 1
-            rc = C.llama_decode(self._ctx, batch)
-        finally:
-            C.llama_batch_free(batch)
-        if rc != 0:
-            raise RunFailed(f"llama_decode failed (code {rc}) on a batch of {n} branch tokens")
-        self.account.forwards += 1
-        return [
-            np.ctypeslib.as_array(C.llama_get_logits_ith(self._ctx, i), shape=(self.n_vocab,)).copy()
-            for i in range(n)
-        ]
-
     def _segment(self, ids: Sequence[int], pos: int, seq: int) -> np.ndarray:
         """One segment on one branch sequence as a single forward pass; the logits of its last id."""
         n = len(ids)
         if n > self.n_ubatch:
             raise RunFailed(f"a segment of {n} tokens exceeds the engine's micro-batch ({self.n_ubatch})")
-        C = self._api.C
-        batch = C.llama_batch_init(n, 0, 1)
-        try:
-            batch.n_tokens = n
-            for i, tok in enumerate(ids):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = int(tok), pos + i, 1
-                batch.seq_id[i][0] = seq
-                batch.logits[i] = 1 if i == n - 1 else 0
-            rc = C.llama_decode(self._ctx, batch)
-        finally:
-            C.llama_batch_free(batch)
-        if rc != 0:
-            raise RunFailed(f"llama_decode failed (code {rc}) on a branch segment at position {pos}")
-        self.account.forwards += 1
+        items = [(int(t), pos + i, seq, i == n - 1) for i, t in enumerate(ids)]
+        logits = self._llama_decode(items, f"on a branch segment at position {pos}")[0]
         self.account.prefilled += n
-        ptr = C.llama_get_logits_ith(self._ctx, -1)
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        return logits
 
     def _decode_group(self, group: Sequence[Branch], stop_ids: Sequence[int]) -> list[list[int]]:
         lib, start = self._api.lib, self.offset
@@ -487,7 +460,8 @@ class LlamaCppEngine:
                     feed.append(i)  # the last id is not fed, as in decode
             if not feed:
                 break
-            fresh = self._batch([(outs[i][-1], pos[i], seqs[i]) for i in feed])
+            items = [(outs[i][-1], pos[i], seqs[i], True) for i in feed]
+            fresh = self._llama_decode(items, f"on a batch of {len(feed)} branch tokens")
             for i, lg in zip(feed, fresh, strict=True):
                 logits[i] = lg
                 pos[i] += 1
