@@ -177,9 +177,11 @@ def audit(
             progress(f"audit {key[0]} {key[1]}", i, len(sessions))
         st = done.get(key)
         if st is None:
+            started = time.perf_counter()
             st = audit_state(
                 trace, runner, probes, opts, self_floor=trace.session.method == FLOOR, builder=builder
             )
+            st.audit_s = round(time.perf_counter() - started, 3)
             progress_file.append(st)
         by_index[j] = st
     states = [by_index[j] for j in range(len(sessions))]
@@ -202,6 +204,9 @@ def audit(
         "states": len(states),
         "resumed_states": len(done),
         "branches": branches,
+        # the whole job, resumed parts included: each method's own time (its ledger) and each audit's
+        "methods_s": round(sum(st.values.get("wall_s") or 0.0 for st in states), 1),
+        "audit_s": round(sum(st.audit_s or 0.0 for st in states), 1),
         "wall_s_per_session": round(wall / n_sessions, 1),
     }
     return report

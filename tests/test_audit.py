@@ -216,6 +216,11 @@ def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_p
     assert "FAILED" in proc.stdout and "held" in proc.stdout
     report = json.loads(js.read_text())
     assert report["format"] == "eu-audit/audit@1" and report["methods"] == ["b5", "b7"]
+    # the cost covers the whole job: every state's audit time and the methods' own (their ledgers)
+    cost, states = report["cost"], report["states"]
+    assert cost["audit_s"] > 0
+    assert cost["audit_s"] == pytest.approx(sum(st["audit_s"] for st in states), abs=0.1)
+    assert cost["methods_s"] == pytest.approx(sum(st["values"]["wall_s"] for st in states), abs=0.1)
     cases = ET.fromstring(xml.read_text()).iter("testcase")
     assert {(c.get("classname"), c.get("name")) for c in cases} >= {
         ("builtin.b7", "leak_probes"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from eu_audit import __version__
 
@@ -46,7 +46,8 @@ class StateAudit(BaseModel):
     #: a black-box state: where the target still was (tier -> count) and one quoted example per side
     residue: dict[str, Any] = Field(default_factory=dict)
     floor_sample_ids: list[list[int]] = Field(default_factory=list)
-    _cost_s: float = PrivateAttr(default=0.0)
+    #: seconds this state's audit took (kept across a resume, so a resumed report still costs it)
+    audit_s: float | None = None
 
 
 class Cell(BaseModel):

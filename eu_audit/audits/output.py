@@ -174,6 +174,11 @@ def summary_lines(report: AuditReport) -> list[str]:
             )
         if c.get("branches"):
             line += f"; probes and samples decoded {c.get('branches')}"
+        if c.get("methods_s") or c.get("audit_s"):
+            line += (
+                f". Over every state, resumed ones included: the methods' own time {c.get('methods_s')} s "
+                f"(their ledgers), the audits' {c.get('audit_s')} s"
+            )
         lines.append(line + ".")
     return lines
 
