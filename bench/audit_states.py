@@ -116,7 +116,11 @@ def main() -> None:
         f"{len(traces)} states of {sessions} sessions on {engine.name} ({bundle.header.model.name}), "
         f"6 probes + k = {args.k} samples of {args.max_tokens} tokens per state, median of {args.repeat}; "
         "apart == shared: yes; batched the same on every repeat: "
-        + ("yes" if "batched" in answers else "n/a (the engine runs branches one by one)")
+        + (
+            "n/a (the engine runs branches one by one)"
+            if "batched" not in answers
+            else ("yes" if args.repeat > 1 else "not checked (one repeat)")
+        )
     )
     med = {n: (statistics.median(w for w, _ in r), r[0][1]) for n, r in runs.items()}
     base = med["apart"]
