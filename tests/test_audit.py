@@ -14,7 +14,7 @@ from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.leakage import sink_class
 from eu_audit.audits.metrics import cad, picked, token_agreement, total_variation
 from eu_audit.audits.model import AuditReport
-from eu_audit.audits.probes import ProbeRunner, load_probes
+from eu_audit.audits.probes import Ask, ProbeRunner, load_probes
 from eu_audit.bundle.io import read_bundle
 from eu_audit.errors import BadInput
 from eu_audit.gate import evaluate, parse_rule
@@ -97,7 +97,7 @@ def test_samples_of_one_prompt_share_its_prefill_and_equal_separate_asks(
     runner = ProbeRunner.for_engine(engine)
     samplings = [Sampling(0.7, seed) for seed in (1, 2, 3)]
     prefilled = engine.account.prefilled
-    together = runner.ask_samples("Where do I live?", None, 6, samplings)
+    together = runner.ask_all([Ask("Where do I live?", None, 6, s) for s in samplings])
     shared_cost = engine.account.prefilled - prefilled
     apart = [runner.ask_ids("Where do I live?", None, 6, s) for s in samplings]
     assert together == apart and engine.tokens == before

@@ -114,12 +114,6 @@ class ProbeRunner:
         """(answer text with the cue, generated ids) of one continuation."""
         return self.ask_all([Ask(prompt, cue, max_tokens, sampling)])[0]
 
-    def ask_samples(
-        self, prompt: str, cue: str | None, max_tokens: int, samplings: Sequence[Sampling]
-    ) -> list[tuple[str, list[int]]]:
-        """One continuation per sampling of the same prompt (its prefill shared)."""
-        return self.ask_all([Ask(prompt, cue, max_tokens, s) for s in samplings])
-
     def ask_all(self, asks: Sequence[Ask]) -> list[tuple[str, list[int]]]:
         """Every ask as a branch of the state, in one call. An engine that batches branches decodes them
         together (llamacpp: one sequence each; the same ids every time, not bitwise the one-by-one ids,

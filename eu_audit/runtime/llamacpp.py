@@ -247,11 +247,6 @@ class LlamaCppEngine:
     # -- primitives ----------------------------------------------------------------------------
     def _forward(self, ids: Sequence[int]) -> np.ndarray:
         n = len(ids)
-        if n > self.n_ubatch:
-            raise RunFailed(
-                f"a segment of {n} tokens exceeds the engine's micro-batch ({self.n_ubatch}): it would be "
-                "split across forward passes, off the canonical schedule"
-            )
         if self.offset + n > self.n_ctx:
             raise RunFailed(f"the session needs more than the engine's context of {self.n_ctx} tokens")
         items = [(int(t), self.offset + i, 0, i == n - 1) for i, t in enumerate(ids)]
@@ -263,8 +258,13 @@ class LlamaCppEngine:
     def _llama_decode(self, items: Sequence[tuple[int, int, int, bool]], where: str) -> list[np.ndarray]:
         """One ``llama_decode`` of (token, position, sequence, wants logits) items; returns the logits
         asked for, in order."""
-        C = self._api.C
         n = len(items)
+        if n > self.n_ubatch:
+            raise RunFailed(
+                f"a segment of {n} tokens exceeds the engine's micro-batch ({self.n_ubatch}): it would be "
+                "split across forward passes, off the canonical schedule"
+            )
+        C = self._api.C
         batch = C.llama_batch_init(n, 0, 1)
         try:
             batch.n_tokens = n
@@ -379,16 +379,16 @@ class LlamaCppEngine:
         of each branch, as ``decode`` would (a final stop id included)."""
         out: list[list[int]] = []
         group: list[Branch] = []
-        room = self.n_ctx - self.offset
+        room, used = self.n_ctx - self.offset, 0  # cache cells past the state, and the group's share
         for b in branches:
             need = sum(len(s) for s in b.segments) + b.max_tokens
             if need > room:
                 raise RunFailed(f"a branch needs {need} tokens past the state's {self.offset}: beyond n_ctx")
-            used = sum(sum(len(s) for s in g.segments) + g.max_tokens for g in group)
             if group and (len(group) == BRANCH_SEQS - 1 or used + need > room):
                 out += self._decode_group(group, stop_ids)
-                group = []
+                group, used = [], 0
             group.append(b)
+            used += need
         if group:
             out += self._decode_group(group, stop_ids)
         return out
@@ -396,8 +396,6 @@ class LlamaCppEngine:
     def _segment(self, ids: Sequence[int], pos: int, seq: int) -> np.ndarray:
         """One segment on one branch sequence as a single forward pass; the logits of its last id."""
         n = len(ids)
-        if n > self.n_ubatch:
-            raise RunFailed(f"a segment of {n} tokens exceeds the engine's micro-batch ({self.n_ubatch})")
         items = [(int(t), pos + i, seq, i == n - 1) for i, t in enumerate(ids)]
         logits = self._llama_decode(items, f"on a branch segment at position {pos}")[0]
         self.account.prefilled += n
@@ -412,21 +410,19 @@ class LlamaCppEngine:
             for seq in seqs:
                 lib.llama_kv_cache_seq_cp(self._ctx, 0, seq, 0, start)
             self.account.reused += start * len(group)
-            lead: dict[tuple[int, ...], int] = {}  # a shared first segment -> the branch that computed it
-            first_logits: dict[tuple[int, ...], np.ndarray | None] = {}
+            # a first segment already computed on another branch's sequence -> (that sequence, its logits)
+            firsts: dict[tuple[int, ...], tuple[int, np.ndarray]] = {}
             for i, b in enumerate(group):
                 for r, seg in enumerate(b.segments):
                     if not seg:
                         continue
-                    j = lead.get(seg, -1) if r == 0 else -1
-                    if j >= 0:  # the same first segment at the same position: share its cells
-                        lib.llama_kv_cache_seq_cp(self._ctx, seqs[j], seqs[i], start, start + len(seg))
-                        logits[i] = first_logits[seg]
+                    if r == 0 and seg in firsts:  # the same segment at the same position: share its cells
+                        lead, logits[i] = firsts[seg]
+                        lib.llama_kv_cache_seq_cp(self._ctx, lead, seqs[i], start, start + len(seg))
                     else:
-                        logits[i] = self._segment(seg, pos[i], seqs[i])
+                        logits[i] = lg = self._segment(seg, pos[i], seqs[i])
                         if r == 0:
-                            lead[seg] = i
-                            first_logits[seg] = logits[i]
+                            firsts[seg] = (seqs[i], lg)
                     pos[i] += len(seg)
             outs = self._decode_steps(group, seqs, pos, logits, set(stop_ids))
         finally:

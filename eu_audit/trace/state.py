@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from eu_audit.checkpoints import common_prefix, restore
+from eu_audit.checkpoints import common_prefix
 from eu_audit.errors import BadInput
 
 if TYPE_CHECKING:
@@ -16,9 +16,7 @@ if TYPE_CHECKING:
 def rebuild_state(engine: KVEngine, trace: SessionTrace) -> None:
     """Rebuild a session's final cache from its recorded token ids (exact under the canonical
     schedule), then apply any recorded excision: how every bundle state is brought back to life."""
-    engine.reset()
-    restore(engine, [], trace.session.final_manifest, {b.id: b for b in trace.blocks})
-    _excise(engine, trace)
+    StateBuilder(engine).rebuild(trace)
 
 
 def _excise(engine: KVEngine, trace: SessionTrace) -> None:
@@ -74,6 +72,7 @@ class StateBuilder:
     def extend(self, ids: Sequence[int]) -> None:
         """Prefill one more segment on top of the state (e.g. the memory records surfaced once)."""
         if ids:
+            held = sum(len(s) for s in self.resident)
             self.engine.prefill(ids)
-            if self.resident or self.engine.offset == len(ids):
+            if held + len(ids) == self.engine.offset:  # not on top of an excised state
                 self.resident.append(tuple(ids))
