@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from eu_audit import __version__
+from eu_audit.blackbox.serve_api import DEFAULT_CONTROL_FILE
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.jsonl import interrupt_on_sigterm
@@ -157,6 +158,31 @@ def record(
     k: Annotated[
         int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
     ] = 5,
+    serve_control: Annotated[
+        Path,
+        typer.Option(
+            help="With --agent --serve: the file where serve wrote its control secret (its --control-file). "
+            "Only the harness reads it; the agent under test is never given it."
+        ),
+    ] = Path(DEFAULT_CONTROL_FILE),
+    agent_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            help="With --agent: wall seconds one agent call may take, whole (default: "
+            "$EU_AUDIT_AGENT_TIMEOUT, else 300).",
+        ),
+    ] = None,
+    max_response_mb: Annotated[
+        float,
+        typer.Option(min=0.01, help="With --agent: the largest answer one agent call may return (MiB)."),
+    ] = 4.0,
+    max_bundle_mb: Annotated[
+        float, typer.Option(min=1.0, help="With --agent: the largest bundle a run may write (MiB).")
+    ] = 512.0,
+    keep_state: Annotated[
+        bool, typer.Option(help="With --agent: keep <out>.state/ when the run fails (for inspection).")
+    ] = False,
     force: Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")] = False,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
@@ -173,7 +199,44 @@ def record(
     from eu_audit.record import record as run_record
 
     if agent is not None:
-        _record_agent(agent, serve, suite, n, seed, out_path, k, state_dir, force)
+        ignored = {
+            "--model": model != DEFAULT_MODEL,
+            "--checkpoints": checkpoints is not None,
+            "--temperature": temperature != 0.0,
+            "--max-tokens": max_tokens != 48,
+            "--dtype": dtype != "float32",
+            "--kv-sidecar": kv_sidecar,
+            "--engine": engine != "auto",
+            "--server": server is not None,
+            "--concurrency": concurrency != 1,
+        }
+        given = [name for name, on in ignored.items() if on]
+        if given:
+            raise BadInput(
+                f"{', '.join(given)}: not used with --agent (the agent picks its own model; serve's "
+                "--model and --engine choose what it talks to)"
+            )
+        from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
+
+        opts_bb = AgentRecordOptions(
+            agent=agent,
+            serve=serve,
+            serve_control=serve_control,
+            suite=suite,
+            n=n,
+            seed=seed,
+            out=out_path,
+            k=k,
+            state_dir=state_dir,
+            force=force,
+            keep_state=keep_state,
+            bounds=Bounds(
+                call_s=agent_timeout if agent_timeout is not None else Bounds().call_s,
+                response_bytes=int(max_response_mb * (1 << 20)),
+                bundle_bytes=int(max_bundle_mb * (1 << 20)),
+            ),
+        )
+        _record_agent(opts_bb)
         return
     opts = RecordOptions(
         suite=suite,
@@ -206,23 +269,10 @@ def record(
         _say(out, f"KV sidecar: {res.sidecar}")
 
 
-def _record_agent(
-    agent: str, serve: str | None, suite: str, n: int | None, seed: int, out_path: Path, k: int,
-    state_dir: Path | None, force: bool,
-) -> None:  # fmt: skip
-    from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+def _record_agent(opts: Any) -> None:
+    from eu_audit.blackbox.drive import record_agent
 
-    opts = AgentRecordOptions(
-        agent=agent,
-        serve=serve,
-        suite=suite,
-        n=n,
-        seed=seed,
-        out=out_path,
-        k=k,
-        state_dir=state_dir,
-        force=force,
-    )
+    agent, serve = opts.agent, opts.serve
     with _progress() as report:
         bundle, path = record_agent(opts, progress=report)
     table = Table(title=Text(f"{path}  (agent {agent})"))
@@ -734,6 +784,21 @@ def serve(
         str,
         typer.Option(help="Decoding until the harness says otherwise: greedy, or agent (its own settings)."),
     ] = "greedy",
+    control_file: Annotated[
+        Path,
+        typer.Option(
+            help="Where to write this run's control secret (0600, new each start): the harness "
+            "(record --agent --serve-control) needs it to mark phases, pin decoding and read the log."
+        ),
+    ] = Path(DEFAULT_CONTROL_FILE),
+    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body (MiB).")] = 4.0,
+    max_tokens: Annotated[
+        int, typer.Option(min=1, help="Most completion tokens per request (the context bounds it too).")
+    ] = 1024,
+    request_timeout: Annotated[
+        float, typer.Option(min=1.0, help="Wall seconds per request, the wait for the model included.")
+    ] = 300.0,
+    force: Annotated[bool, typer.Option(help="Replace an existing --log file.")] = False,
 ) -> None:
     """Serve the model the agent under test talks to: OpenAI-compatible /v1/chat/completions (with tools),
     /v1/completions, /v1/embeddings (MiniLM), /v1/models; /health and /eu-audit/v1/progress. Every request
@@ -744,14 +809,30 @@ def serve(
     [bold]eu-audit serve --model smollm2-135m --port 8088 --log serve.jsonl[/]
     """
     from eu_audit.blackbox.serve import run_server
+    from eu_audit.blackbox.serve_api import Limits
     from eu_audit.jsonl import check_output_path
 
     if pin not in ("greedy", "agent"):
         raise typer.BadParameter("--pin must be greedy or agent")
     if log is not None:
         check_output_path(log)
-    _say(err, f"eu-audit serve: loading {upstream or model} ...")
-    run_server(model=model, engine=engine, host=host, port=port, log_path=log, upstream=upstream, pin=pin)
+    check_output_path(control_file)
+    limits = Limits(
+        max_body_bytes=int(max_body_mb * (1 << 20)), max_tokens=max_tokens, request_timeout_s=request_timeout
+    )
+    _say(err, f"eu-audit serve: loading {upstream or model} ... (control secret: {control_file})")
+    run_server(
+        model=model,
+        engine=engine,
+        host=host,
+        port=port,
+        log_path=log,
+        upstream=upstream,
+        pin=pin,
+        control_file=control_file,
+        limits=limits,
+        force=force,
+    )
 
 
 @app.command("agent")

@@ -33,10 +33,12 @@ GATES = [
 
 
 @pytest.fixture(scope="module")
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    log = tmp_path_factory.mktemp("serve") / "serve.jsonl"
-    with cli_server("serve", "--model", FAST_MODEL, "--log", str(log)) as url:
-        yield url, log
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+    """(URL, its log, its control secret file)."""
+    folder = tmp_path_factory.mktemp("serve")
+    log, control = folder / "serve.jsonl", folder / "serve.control"
+    with cli_server("serve", "--model", FAST_MODEL, "--log", str(log), "--control-file", str(control)) as url:
+        yield url, log, control
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +66,15 @@ def memory_episodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.real_model
 def test_an_agent_whose_forget_is_selective_replay_passes_the_gate_at_the_floor(
-    serve: tuple[str, Path], tmp_path: Path
+    serve: tuple[str, Path, Path], tmp_path: Path
 ) -> None:
-    url, log = serve
+    url, log, control = serve
     with cli_server("agent", "--serve", url, "--forget", "b7") as agent:
         bundle = tmp_path / "bb.jsonl"
-        proc = run_cli("record", "--agent", agent, "--serve", url, "--suite", "builtin", "--out", str(bundle))
+        proc = run_cli(
+            "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
+            "--suite", "builtin", "--out", str(bundle),
+        )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = run_cli(
         "audit", str(bundle), *GATES, "--json", str(tmp_path / "a.json"), "--junit", str(tmp_path / "a.xml")
@@ -86,14 +91,15 @@ def test_an_agent_whose_forget_is_selective_replay_passes_the_gate_at_the_floor(
 
 @pytest.mark.real_model
 def test_an_agent_whose_forget_only_deletes_the_record_fails_and_the_audit_names_where_z_stayed(
-    serve: tuple[str, Path], memory_episodes: Path, tmp_path: Path
+    serve: tuple[str, Path, Path], memory_episodes: Path, tmp_path: Path
 ) -> None:
-    url, _ = serve
+    url, _, control = serve
     with cli_server("agent", "--serve", url, "--forget", "b1") as agent:
         bundle = tmp_path / "bb.jsonl"
         proc = run_cli(
-            "record", "--agent", agent, "--serve", url, "--suite", str(memory_episodes), "--out", str(bundle)
-        )
+            "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
+            "--suite", str(memory_episodes), "--out", str(bundle),
+        )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = run_cli("audit", str(bundle), *GATES)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -133,6 +139,17 @@ class _Agent(BaseHTTPRequestHandler):
             elif self.mode == "slow":
                 time.sleep(3)
                 self._send({"text": "late"})
+            elif self.mode == "drip":  # a valid answer, one byte at a time: each read is quick
+                data = json.dumps({"text": "x" * 40}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                for byte in data:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            elif self.mode == "huge":  # a valid turn of 3 MiB, over the 1 MiB the test allows
+                self._send({"text": "y" * (3 << 20)})
             elif self.mode == "crash":
                 self._send({"error": "boom"}, 500)
             else:
@@ -163,7 +180,9 @@ def broken_agent(mode: str) -> Iterator[str]:
         ("ok", 2, ["episode builtin-memory-address", "forget", "lacks POST /eu-audit/v1/tenants/"]),
         ("garbage", 3, ["episode builtin-memory-address", "step 1 (user)", "not JSON"]),
         ("crash", 3, ["episode builtin-memory-address", "step 1 (user)", "HTTP 500"]),
-        ("slow", 3, ["episode builtin-memory-address", "step 1 (user)", "no answer within 1 s"]),
+        ("slow", 3, ["episode builtin-memory-address", "step 1 (user)", "did not answer within 1 s"]),
+        ("drip", 3, ["episode builtin-memory-address", "step 1 (user)", "did not answer within 1 s"]),
+        ("huge", 3, ["episode builtin-memory-address", "step 1 (user)", "too large", "--max-response-mb"]),
     ],
 )
 def test_a_broken_agent_gives_exit_2_or_3_naming_episode_step_and_endpoint_and_no_bundle(
@@ -173,6 +192,7 @@ def test_a_broken_agent_gives_exit_2_or_3_naming_episode_step_and_endpoint_and_n
     env = dict(os.environ, EU_AUDIT_AGENT_TIMEOUT="1", COLUMNS="300")
     with broken_agent(mode) as url:
         cmd = ["record", "--agent", url, "--suite", "builtin", "--n", "1", "--out", str(out)]
+        cmd += ["--max-response-mb", "1"]
         proc = subprocess.run(
             [sys.executable, "-m", "eu_audit.cli", *cmd], capture_output=True, text=True, timeout=120, env=env
         )
@@ -182,6 +202,7 @@ def test_a_broken_agent_gives_exit_2_or_3_naming_episode_step_and_endpoint_and_n
         assert needle in message, message
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+    assert not (tmp_path / "bb.jsonl.state").exists()  # a failed run leaves no state folder behind
 
 
 def test_an_unreachable_agent_is_bad_configuration(tmp_path: Path) -> None:
@@ -199,17 +220,20 @@ def test_the_agent_contract_prints_as_a_json_schema() -> None:
 
 
 @pytest.mark.real_model
-def test_serve_answers_tool_calls_embeddings_and_pins_decoding(serve: tuple[str, Path]) -> None:
-    url, log = serve
+def test_serve_answers_tool_calls_embeddings_and_pins_decoding(serve: tuple[str, Path, Path]) -> None:
+    url, log, control = serve
+    secret = control.read_text().strip()
 
     def post(path: str, body: dict[str, object]) -> dict[str, object]:
         req = urllib.request.Request(
-            url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+            url + path,
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json", "X-EU-Audit-Control": secret},
         )
         with urllib.request.urlopen(req, timeout=120) as resp:
             return json.loads(resp.read())  # type: ignore[no-any-return]
 
-    post("/eu-audit/v1/mark", {"tag": {"session": "probe-test"}})
+    post("/eu-audit/v1/mark", {"tag": {"session": "probe-test", "phase": "probe"}})
     messages = [{"role": "user", "content": "Book a taxi from 12 Linden Street. Use the book_taxi tool."}]
     tools = [
         {"type": "function", "function": {"name": "book_taxi", "parameters": {"properties": {"pickup": {}}}}}

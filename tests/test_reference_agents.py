@@ -25,10 +25,12 @@ GATES = [
 
 
 @pytest.fixture(scope="module")
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("serve") / "serve.jsonl"
-    with cli_server("serve", "--model", FAST_MODEL, "--log", str(log)) as url:
-        yield url
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """(URL, its control secret file)."""
+    folder = tmp_path_factory.mktemp("serve")
+    log, control = folder / "serve.jsonl", folder / "serve.control"
+    with cli_server("serve", "--model", FAST_MODEL, "--log", str(log), "--control-file", str(control)) as url:
+        yield url, control
 
 
 def reference_agent(name: str, serve: str, data: Path) -> object:
@@ -46,15 +48,20 @@ def test_no_example_is_imported_by_eu_audit_and_no_agent_imports_eu_audit() -> N
 
 
 @pytest.mark.real_model
-def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(serve: str, tmp_path: Path) -> None:
+def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, control = serve
     bundle = tmp_path / "mem0.jsonl"
-    with reference_agent("mem0", serve, tmp_path / "mem0-data") as agent:  # type: ignore[attr-defined]
+    with reference_agent("mem0", url, tmp_path / "mem0-data") as agent:  # type: ignore[attr-defined]
         proc = run_cli(
             "record",
             "--agent",
             agent,
             "--serve",
-            serve,
+            url,
+            "--serve-control",
+            str(control),
             "--suite",
             "builtin",
             "--n",

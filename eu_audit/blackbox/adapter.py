@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import queue
+import threading
 import urllib.parse
 from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
@@ -37,11 +41,30 @@ from eu_audit.blackbox.contract import (
     Turn,
 )
 from eu_audit.errors import BadInput, RunFailed
-from eu_audit.http import HttpFailure, HttpStatus, Unreachable, request_json
+from eu_audit.http import HttpFailure, HttpStatus, TimedOut, TooLarge, Unreachable, request_json
 from eu_audit.registry import Registry
 
 M = TypeVar("M", bound=BaseModel)
-TIMEOUT_ENV = "EU_AUDIT_AGENT_TIMEOUT"  # seconds an agent may take per operation (default 300)
+T = TypeVar("T")
+TIMEOUT_ENV = "EU_AUDIT_AGENT_TIMEOUT"  # seconds an agent call may take, whole (default 300)
+
+
+def _default_call_s() -> float:
+    raw = os.environ.get(TIMEOUT_ENV)
+    try:
+        return float(raw) if raw else 300.0
+    except ValueError:
+        raise BadInput(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the agent under test may cost the harness: wall time per call (the whole call, not per
+    read), bytes per answer, bytes in the bundle its run writes."""
+
+    call_s: float = field(default_factory=_default_call_s)
+    response_bytes: int = 4 << 20
+    bundle_bytes: int = 512 << 20
 
 
 @runtime_checkable
@@ -84,21 +107,28 @@ def _q(part: str) -> str:
 class HttpAgent:
     """An agent serving the JSON-over-HTTP contract at ``base_url``."""
 
-    def __init__(self, base_url: str, *, timeout: float | None = None) -> None:
+    def __init__(self, base_url: str, *, bounds: Bounds | None = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise BadInput(f"agent URL '{base_url}' must start with http:// or https://")
         self.base = base_url.rstrip("/")
-        try:
-            self.timeout = timeout or float(os.environ.get(TIMEOUT_ENV, 300))
-        except ValueError:
-            raise BadInput(f"{TIMEOUT_ENV} must be a number of seconds") from None
+        self.bounds = bounds or Bounds()
 
     def _call(self, method: str, path: str, answer: type[M], body: BaseModel | None = None) -> M:
         url = f"{self.base}{PREFIX}{path}"
         try:
             raw = request_json(
-                url, method, None if body is None else body.model_dump(mode="json"), timeout=self.timeout
+                url,
+                method,
+                None if body is None else body.model_dump(mode="json"),
+                timeout=self.bounds.call_s,
+                max_bytes=self.bounds.response_bytes,
             )
+        except TimedOut:
+            raise AgentFailed(
+                f"the agent did not answer within {self.bounds.call_s:g} s (the whole call)"
+            ) from None
+        except TooLarge as exc:
+            raise AgentFailed(f"the agent's answer is too large: {exc.why} (--max-response-mb)") from None
         except Unreachable as exc:
             raise AgentUnreachable(f"the agent does not answer: {exc}") from None
         except HttpStatus as exc:
@@ -150,6 +180,74 @@ class HttpAgent:
         return self._call("GET", f"/tenants/{_q(tenant)}/dump", StoreDump)
 
 
+class InProcessAgent:
+    """An agent object in the harness's process, held to the same bounds as an HTTP one: each call runs
+    on one worker thread of its own (the same thread every time, so an agent's thread-bound handles,
+    such as SQLite connections, keep working) and the harness stops waiting at the deadline."""
+
+    def __init__(self, build: Callable[[], Any], bounds: Bounds) -> None:
+        """``build()`` makes the agent, on the worker thread too."""
+        self.bounds = bounds
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        threading.Thread(target=self._work, name="eu-audit-agent", daemon=True).start()
+        fut: Future[Any] = Future()
+        self._jobs.put((build, fut))
+        self.agent = fut.result()  # its own errors (BadInput for a bad spec) propagate as they are
+
+    def _work(self) -> None:
+        while True:
+            fn, fut = self._jobs.get()
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+    def _run(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        fut: Future[Any] = Future()
+        self._jobs.put((lambda: getattr(self.agent, name)(*args, **kwargs), fut))
+        try:
+            got = fut.result(timeout=self.bounds.call_s)
+        except TimeoutError:
+            raise AgentFailed(
+                f"{name}: the agent did not answer within {self.bounds.call_s:g} s (the whole call)"
+            ) from None
+        if isinstance(got, BaseModel):
+            size = len(got.model_dump_json().encode())
+            if size > self.bounds.response_bytes:
+                raise AgentFailed(
+                    f"{name}: the answer is {size} bytes, over the {self.bounds.response_bytes} allowed "
+                    "(--max-response-mb)"
+                )
+        return got
+
+    def capabilities(self) -> Capabilities:
+        return self._run("capabilities")
+
+    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
+        return self._run("start", tenant, seed=seed, tools=tools)
+
+    def send(self, session_id: str, message: Message) -> Turn:
+        return self._run("send", session_id, message)
+
+    def fork(self, session_id: str) -> str:
+        return self._run("fork", session_id)
+
+    def compact(self, session_id: str) -> Turn:
+        return self._run("compact", session_id)
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
+        return self._run("inject_memory", tenant, record)
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        return self._run("forget", tenant, request)
+
+    def reset(self, tenant: str) -> None:
+        self._run("reset", tenant)
+
+    def dump(self, tenant: str) -> StoreDump:
+        return self._run("dump", tenant)
+
+
 #: adapter kind -> factory from the part after ``kind:`` (or the whole URL for http / https)
 ADAPTERS: Registry[Callable[[str], AgentUnderTest]] = Registry("adapters")
 ADAPTERS.add("http", lambda spec: HttpAgent(spec))
@@ -173,11 +271,13 @@ def python_agent(spec: str) -> AgentUnderTest:
     return agent
 
 
-def open_agent(spec: str) -> AgentUnderTest:
-    """The agent ``--agent`` names: a URL, ``module:factory``, or ``kind:rest`` of a registered adapter."""
+def open_agent(spec: str, bounds: Bounds | None = None) -> AgentUnderTest:
+    """The agent ``--agent`` names: a URL, ``module:factory``, or ``kind:rest`` of a registered adapter,
+    held to ``bounds`` (an HTTP agent by its client, any other by running it on a worker thread)."""
+    bounds = bounds or Bounds()
     kind, _, rest = spec.partition(":")
     if kind in ("http", "https"):
-        return ADAPTERS.get(kind)(spec)
+        return HttpAgent(spec, bounds=bounds)
     if kind in ADAPTERS and kind != "python":
-        return ADAPTERS.get(kind)(rest)
-    return python_agent(rest if kind == "python" else spec)
+        return InProcessAgent(lambda: ADAPTERS.get(kind)(rest), bounds)
+    return InProcessAgent(lambda: python_agent(rest if kind == "python" else spec), bounds)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from typing import Any, Literal
 
 from eu_audit import __version__
 from eu_audit.audits.probes import load_probes, task_request
-from eu_audit.blackbox.adapter import AgentFailed, AgentUnderTest, AgentUnreachable, open_agent
+from eu_audit.blackbox.adapter import AgentFailed, AgentUnderTest, AgentUnreachable, Bounds, open_agent
 from eu_audit.blackbox.contract import (
     API_VERSION,
     Capabilities,
@@ -43,6 +44,7 @@ from eu_audit.blackbox.contract import (
     Turn,
 )
 from eu_audit.blackbox.residue import context_residue, store_residue
+from eu_audit.blackbox.serve_api import CONTROL_HEADER, DEFAULT_CONTROL_FILE, key_id, read_control_file
 from eu_audit.bundle.io import write_bundle
 from eu_audit.episodes import Episode, Phase, Step, StepKind
 from eu_audit.errors import BadInput, EuAuditError, RunFailed
@@ -85,19 +87,32 @@ class AgentRecordOptions:
     max_tool_rounds: int = 3  # tool call -> result -> reply rounds per message
     state_dir: Path | None = None  # the outbox (default: <out>.state/)
     force: bool = False
+    serve_control: Path = Path(DEFAULT_CONTROL_FILE)  # where serve wrote its control secret
+    keep_state: bool = False  # keep the state folder of a failed run
+    bounds: Bounds = field(default_factory=Bounds)
 
 
 class ServeControl:
-    """The harness's hold on ``eu-audit serve``: marks, pinned decoding, the log."""
+    """The harness's hold on ``eu-audit serve``: marks, pinned decoding, the log. Every control call
+    carries the run's secret (read from the file serve wrote); the agent under test never has it."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, secret: str = "") -> None:
         self.url = url.rstrip("/") if url else None
+        self.secret = secret
+        self.key = key_id(secret) if secret else ""
 
     def _call(self, path: str, body: Any = None) -> Any:
         if self.url is None:
             return None
         try:
-            return request_json(self.url + path, "POST" if body is not None else "GET", body, timeout=60)
+            return request_json(
+                self.url + path,
+                "POST" if body is not None else "GET",
+                body,
+                timeout=60,
+                headers={CONTROL_HEADER: self.secret},
+                max_bytes=1 << 30,  # the log: every prompt of the run
+            )
         except HttpFailure as exc:
             raise RunFailed(f"eu-audit serve at {self.url}: {exc}") from None
 
@@ -105,9 +120,15 @@ class ServeControl:
         if self.url is None:
             return {}
         try:
-            return dict(self._call("/eu-audit/v1/info"))
+            got = dict(self._call("/eu-audit/v1/info"))
         except RunFailed as exc:
             raise BadInput(f"--serve {self.url} is not an eu-audit serve that answers: {exc}") from None
+        if got.get("control_key") != self.key:
+            raise BadInput(
+                f"--serve-control: this secret (key {self.key}) is not the one {self.url} was started with "
+                f"(key {got.get('control_key')}); give the --control-file that serve wrote"
+            )
+        return got
 
     def mark(self, **tag: Any) -> None:
         self._call("/eu-audit/v1/mark", {"tag": tag})
@@ -486,15 +507,17 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         if ref.strip()
         for ep in pick_episodes(load_suite(ref.strip()), opts.n)
     ]
-    serve = ServeControl(opts.serve)
+    serve = ServeControl(opts.serve, read_control_file(opts.serve_control) if opts.serve else "")
     info = serve.info()
-    agent = open_agent(opts.agent)
+    agent = open_agent(opts.agent, opts.bounds)
     caps = guarded(f"agent {opts.agent}, capabilities", agent.capabilities)
     state_dir = opts.state_dir or out.with_name(out.name + ".state")
+    made_state = not state_dir.exists()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     outbox = Outbox(state_dir / "outbox.sqlite")
     run = uuid.uuid4().hex[:8]
     sessions: list[SessionTrace] = []
+    size = 0
     try:
         for i, ep in enumerate(episodes):
             for method, world in METHODS:
@@ -504,11 +527,24 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
                     agent, caps, serve, outbox, ep, opts, f"s{i}", method, world, f"{run}-s{i}-{method}"
                 )
                 sessions.append(trace)
+                size += sum(len(r.model_dump_json()) + 1 for r in trace.records())
+                if size > opts.bounds.bundle_bytes:
+                    raise AgentFailed(
+                        f"episode {ep.id}, s{i}/{method}: the bundle would be over "
+                        f"{opts.bounds.bundle_bytes >> 20} MiB (--max-bundle-mb); the agent's answers are "
+                        "too large to keep"
+                    )
         entries, digest = serve.log()
-    finally:
+    except BaseException:
         outbox.close()
+        if made_state and not opts.keep_state:
+            shutil.rmtree(state_dir, ignore_errors=True)
+        raise
+    outbox.close()
     for trace in sessions:
-        trace.residues[0] = context_residue(trace.residues[0], entries, trace, digest, serve.url is not None)
+        trace.residues[0] = context_residue(
+            trace.residues[0], entries, trace, digest, serve.url is not None, serve.key
+        )
     if progress:
         progress("written", 2 * len(episodes), 2 * len(episodes))
     header = Header(
@@ -528,6 +564,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             "serve": opts.serve,
             "serve_info": info,
             "serve_log_digest": digest,
+            "serve_control_key": serve.key,  # the key whose marks say which requests were post-forget
             "k": opts.k,
             "temperature": opts.temperature,
         },

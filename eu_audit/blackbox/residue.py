@@ -64,16 +64,23 @@ def _parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def context_residue(
-    record: ResidueRecord, entries: list[dict[str, Any]], trace: SessionTrace, digest: str, have_log: bool
+    record: ResidueRecord,
+    entries: list[dict[str, Any]],
+    trace: SessionTrace,
+    digest: str,
+    have_log: bool,
+    key: str,
 ) -> ResidueRecord:
-    """``record`` with the serve-log side filled in for ``trace``'s tenant."""
+    """``record`` with the serve-log side filled in for ``trace``'s tenant: the requests marked post-forget
+    by the harness's control key ``key`` (a mark set under any other key is not this run's)."""
     if not have_log:
         return record
     matcher = trace.matcher()
     mine = [
         e
         for e in entries
-        if (e.get("mark") or {}).get("session") == trace.session_id
+        if (e.get("mark") or {}).get("key") == key
+        and (e.get("mark") or {}).get("session") == trace.session_id
         and (e.get("mark") or {}).get("phase") in AFTER
     ]
     calls = [

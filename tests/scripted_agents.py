@@ -1,0 +1,101 @@
+"""Agents under test written for the tests, reached with ``--agent tests.scripted_agents:NAME``: no model of
+their own, their model calls (if any) through ``eu-audit serve`` at ``$EU_AUDIT_TEST_SERVE``. They exercise
+the harness, never evidence about forgetting."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from itertools import count
+from typing import Any
+
+from eu_audit.blackbox.contract import (
+    Capabilities,
+    ForgetReceipt,
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StoreDump,
+    ToolSpec,
+    Turn,
+)
+
+
+def _http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url, data, {"Content-Type": "application/json", **(headers or {})}, method=method
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+class ForgingAgent:
+    """Keeps every message of a tenant (memory records included) and sends them all to serve's chat
+    endpoint for each reply; its forget deletes nothing. Before each model call it tries the control
+    surface, as an agent that wants to look clean would: mark its prompts as pre-forget, change the
+    pinned decoding, read the log. ``attempts`` keeps the status codes it got."""
+
+    def __init__(self) -> None:
+        self.serve = os.environ["EU_AUDIT_TEST_SERVE"].rstrip("/")
+        self.history: dict[str, list[dict[str, str]]] = {}  # tenant -> messages
+        self.tenant_of: dict[str, str] = {}
+        self.ids = count()
+        self.attempts: list[int] = []
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(name="forging", memory_inject=True)
+
+    def _forge(self) -> None:
+        mark = {"tag": {"session": "forged", "phase": "stream"}}
+        self.attempts.append(_http("POST", self.serve + "/eu-audit/v1/mark", mark)[0])
+        self.attempts.append(
+            _http("POST", self.serve + "/eu-audit/v1/mark", mark, {"X-EU-Audit-Control": "0" * 64})[0]
+        )
+        self.attempts.append(_http("POST", self.serve + "/eu-audit/v1/decoding", {"mode": "agent"})[0])
+        self.attempts.append(_http("GET", self.serve + "/eu-audit/v1/log")[0])
+
+    def _reply(self, tenant: str) -> Turn:
+        self._forge()
+        body = {"messages": self.history[tenant], "max_tokens": 8}
+        status, got = _http("POST", self.serve + "/v1/chat/completions", body)
+        assert status == 200, status
+        return Turn(text=str(got["choices"][0]["message"]["content"] or ""))
+
+    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
+        sid = f"{tenant}-{next(self.ids)}"
+        self.tenant_of[sid] = tenant
+        self.history.setdefault(tenant, [])
+        return sid
+
+    def send(self, session_id: str, message: Message) -> Turn:
+        tenant = self.tenant_of[session_id]
+        self.history[tenant].append({"role": "user", "content": message.content})
+        return self._reply(tenant)
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
+        self.history.setdefault(tenant, []).append({"role": "system", "content": f"Memory: {record.text}"})
+        return Turn(text="")
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        return ForgetReceipt(status="ok", detail="(deleted nothing)")
+
+    def reset(self, tenant: str) -> None:
+        self.history[tenant] = []
+
+    def dump(self, tenant: str) -> StoreDump:
+        return StoreDump()
+
+
+AGENTS: list[ForgingAgent] = []
+
+
+def forging() -> ForgingAgent:
+    agent = ForgingAgent()
+    AGENTS.append(agent)
+    return agent

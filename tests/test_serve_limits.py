@@ -1,0 +1,351 @@
+"""`eu-audit serve` answers only the harness on its control surface and bounds every request.
+
+The agent under test shares the model server with the harness, so it must not be able to mark its own
+prompts, change decoding or read the log; and no request it sends (wrong types, a huge ``max_tokens``, a
+prompt past the context, a 50 MB body, a client that leaves) may crash the server, block it past the
+request's deadline or go unlogged. Real HTTP on loopback, the tiny random model (mechanics only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from eu_audit.blackbox.adapter import Bounds
+from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.http import TimedOut, request_json
+from eu_audit.runtime.llamacpp_server import free_port
+from eu_audit.runtime.models import TINY_MODEL
+
+from . import scripted_agents
+from .helpers import cli_server, run_cli
+
+CONTROL = "X-EU-Audit-Control"
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
+    """(URL, its log, the control secret): the tiny model, small caps so each limit shows in a second."""
+    folder = tmp_path_factory.mktemp("serve")
+    log, control = folder / "serve.jsonl", folder / "serve.control"
+    args = [
+        "serve",
+        "--model",
+        TINY_MODEL,
+        "--engine",
+        "hf",
+        "--log",
+        str(log),
+        "--control-file",
+        str(control),
+    ]
+    args += ["--max-body-mb", "0.5", "--request-timeout", "4"]
+    with cli_server(*args) as url:
+        yield url, log, control.read_text().strip()
+
+
+def call(
+    url: str, path: str, body: Any = None, raw: bytes | None = None, secret: str = ""
+) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    headers = {"Content-Type": "application/json", **({CONTROL: secret} if secret else {})}
+    req = urllib.request.Request(url + path, data, headers, method="GET" if data is None else "POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def entries(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_an_agent_cannot_mark_its_own_prompts_change_decoding_or_read_the_log(
+    serve: tuple[str, Path, str],
+) -> None:
+    url, log, secret = serve
+    verbs = [
+        ("/eu-audit/v1/mark", {"tag": {"session": "forged", "phase": "stream"}}),
+        ("/eu-audit/v1/decoding", {"mode": "agent"}),
+        ("/eu-audit/v1/log", None),
+    ]
+    for path, body in verbs:
+        for wrong in ("", "0" * 64, secret[:-1]):
+            status, got = call(url, path, body, secret=wrong)
+            assert status == 403, (path, wrong, got)
+    refused = [e for e in entries(log) if e["status"] == 403]
+    assert len(refused) == 9  # every refused control call is in the log
+    status, _ = call(url, "/eu-audit/v1/mark", {"tag": {"session": "s", "phase": "probe"}}, secret=secret)
+    assert status == 200
+    call(url, "/v1/chat/completions", {"messages": HI, "max_tokens": 2})
+    marked = entries(log)[-1]["mark"]
+    assert marked["session"] == "s" and marked["key"] == call(url, "/eu-audit/v1/info")[1]["control_key"]
+    call(url, "/eu-audit/v1/mark", {"tag": None}, secret=secret)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/chat/completions", {"messages": "hello"}, "messages"),
+        ("/v1/chat/completions", {"messages": HI, "max_tokens": "abc"}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": HI, "max_tokens": 0}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": 7}]}, "messages.0.content"),
+        ("/v1/chat/completions", {"messages": HI, "temperature": "hot"}, "temperature"),
+        ("/v1/chat/completions", {"messages": []}, "messages"),
+        ("/v1/chat/completions", {"messages": HI, "tools": "all"}, "tools"),
+        ("/v1/completions", {"prompt": [10**9]}, "vocabulary"),
+        ("/v1/completions", {"prompt": [1, 2], "segments": [5]}, "segments"),
+        ("/v1/completions", {"prompt": {"a": 1}}, "prompt"),
+        ("/v1/embeddings", {"input": [1, 2]}, "input"),
+        ("/eu-audit/v1/decoding", {"mode": "sampled", "temperature": 1.0, "seed": "abc"}, "seed"),
+        ("/eu-audit/v1/decoding", {"mode": "sampled", "temperature": 1.0}, "seed"),
+        ("/eu-audit/v1/mark", {"tag": {"session": "s", "phase": "whenever"}}, "tag.phase"),
+    ],
+)
+def test_a_wrong_typed_request_is_a_400_naming_the_field_never_a_500(
+    serve: tuple[str, Path, str], path: str, body: dict[str, Any], field: str
+) -> None:
+    url, _, secret = serve
+    status, got = call(url, path, body, secret=secret if path.startswith("/eu-audit") else "")
+    assert status == 400, got
+    assert field in got["error"]["message"], got
+    # and the pinned decoding is still greedy: a refused setting is never half applied
+    assert call(url, "/eu-audit/v1/decoding", {"mode": "greedy"}, secret=secret)[0] == 200
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"messages": [{"role": "user", "content": "\\ud800"}]}',  # a lone surrogate, escaped
+        b'{"messages": [{"role": "user", "content": "\xed\xa0\x80"}]}',  # an encoded surrogate, raw bytes
+        b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+    ],
+)
+def test_a_body_that_is_not_a_request_is_a_400(serve: tuple[str, Path, str], raw: bytes) -> None:
+    status, got = call(serve[0], "/v1/chat/completions", raw=raw)
+    assert status == 400, got
+
+
+def test_max_tokens_is_capped_by_the_context_and_a_prompt_past_it_is_refused(
+    serve: tuple[str, Path, str],
+) -> None:
+    url, _, _ = serve
+    t0 = time.monotonic()
+    status, got = call(url, "/v1/completions", {"prompt": [1] * 4000, "max_tokens": 10**9})
+    assert status == 200 and got["usage"]["completion_tokens"] <= 4096 - 4000, got
+    assert time.monotonic() - t0 < 4
+    status, got = call(url, "/v1/completions", {"prompt": [1] * 4096, "max_tokens": 1})
+    assert status == 400 and "context holds 4096" in got["error"]["message"]
+
+
+def test_a_body_over_the_cap_is_refused_before_it_is_read_whole(serve: tuple[str, Path, str]) -> None:
+    url, log, _ = serve
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * (1 << 20)}]}).encode()
+    try:
+        status, got = call(url, "/v1/chat/completions", raw=big)
+        assert status == 413, got
+    except urllib.error.URLError as exc:  # refused while the client was still sending
+        assert isinstance(exc.reason, BrokenPipeError | ConnectionResetError), exc
+    time.sleep(0.2)
+    assert entries(log)[-1]["status"] == 413
+
+
+def test_every_request_is_logged_failed_ones_too(serve: tuple[str, Path, str]) -> None:
+    url, log, _ = serve
+    before = len(entries(log))
+    call(url, "/v1/chat/completions", {"messages": HI, "max_tokens": 1})
+    call(url, "/v1/chat/completions", {"messages": "nope"})
+    call(url, "/v1/chat/completions", raw=b"{")
+    new = entries(log)[before:]
+    assert [e["status"] for e in new] == [200, 400, 400]
+    assert "nope" in new[1]["body_excerpt"] and new[1]["error"]
+
+
+def test_a_client_that_leaves_stops_its_decoding_and_a_slow_request_never_blocks_past_its_deadline(
+    serve: tuple[str, Path, str],
+) -> None:
+    url, log, _ = serve
+    body = json.dumps({"messages": HI, "max_tokens": 4000}).encode()
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as s:
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        time.sleep(0.5)
+    time.sleep(1.0)
+    gone = entries(log)[-1]
+    assert gone["status"] == 499 and gone["ms"] < 1500, gone
+    # a request past its deadline (4 s here) ends there, and the next one is answered
+    t0 = time.monotonic()
+    status, got = call(url, "/v1/chat/completions", {"messages": HI, "max_tokens": 4000})
+    assert status in (200, 504), got  # 504 when this machine decodes fewer than ~1000 tokens/s
+    assert time.monotonic() - t0 < 6
+    assert call(url, "/v1/chat/completions", {"messages": HI, "max_tokens": 1})[0] == 200
+
+
+def test_the_log_is_never_written_through_a_symlink_nor_over_a_file_without_force(tmp_path: Path) -> None:
+    existing = tmp_path / "old.jsonl"
+    existing.write_text("keep me\n")
+    existing.chmod(0o644)
+    proc = run_cli("serve", "--model", TINY_MODEL, "--log", str(existing), "--port", str(free_port()))
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    assert existing.read_text() == "keep me\n"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "elsewhere.jsonl")
+    proc = run_cli("serve", "--model", TINY_MODEL, "--log", str(link), "--port", str(free_port()), "--force")
+    assert proc.returncode == 2 and not (tmp_path / "elsewhere.jsonl").exists()
+
+
+def test_sigterm_stops_a_decoding_server_at_once(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "eu_audit.cli", "serve", "--model", TINY_MODEL, "--engine", "hf"]
+    argv += ["--control-file", str(tmp_path / "c"), "--max-tokens", "4000"]
+    port = free_port()
+    proc = subprocess.Popen(
+        [*argv, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while call_quiet(url + "/health") is None:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.3)
+        body = {"messages": HI, "max_tokens": 4000}
+        threading.Thread(target=call_quiet, args=(url + "/v1/chat/completions", body), daemon=True).start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        assert time.monotonic() - t0 < 8
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def call_quiet(url: str, body: Any = None) -> Any:
+    try:
+        return request_json(url, "POST" if body is not None else "GET", body, timeout=30)
+    except Exception:
+        return None
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    def do_GET(self) -> None:
+        self._send(200, {"data": [{"id": "upstream-model"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append(body)
+        if body["messages"][0]["content"] == "fail":
+            self._send(401, {"error": "invalid api key sk-secret-123 for org acme"})
+        else:
+            self._send(200, {"choices": [{"message": {"role": "assistant", "content": "ok"}}], "usage": {}})
+
+    def _send(self, code: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_proxy_mode_forwards_only_allowed_fields_and_never_echoes_the_upstreams_error(tmp_path: Path) -> None:
+    httpd = HTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        with cli_server("serve", "--upstream", upstream, "--control-file", str(tmp_path / "c")) as url:
+            body = {
+                "messages": HI,
+                "api_key": "sk-mine",
+                "user": "alice",
+                "temperature": 1.5,
+                "max_tokens": 5,
+            }
+            assert call(url, "/v1/chat/completions", body)[0] == 200
+            status, got = call(
+                url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "fail"}]}
+            )
+    finally:
+        httpd.shutdown()
+    sent = _Upstream.seen[0]
+    assert "api_key" not in sent and "user" not in sent and sent["max_tokens"] == 5
+    assert sent["temperature"] == 0.0  # the pin, not the client
+    assert status == 502 and "sk-secret" not in json.dumps(got) and "401" in got["error"]["message"]
+
+
+def test_a_whole_call_deadline_holds_against_an_answer_dripped_a_byte_at_a_time() -> None:
+    class Drip(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            for _ in range(100):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.05)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Drip)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(TimedOut):
+        request_json(f"http://127.0.0.1:{httpd.server_address[1]}/", timeout=1.0)
+    assert time.monotonic() - t0 < 2
+    httpd.shutdown()
+
+
+def test_an_agent_that_forges_marks_still_has_its_post_forget_prompts_counted(
+    serve: tuple[str, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, _, secret = serve
+    control = tmp_path / "control"
+    control.write_text(secret)
+    monkeypatch.setenv("EU_AUDIT_TEST_SERVE", url)
+    opts = AgentRecordOptions(
+        agent="tests.scripted_agents:forging",
+        serve=url,
+        serve_control=control,
+        suite="builtin",
+        n=1,
+        k=1,
+        out=tmp_path / "bb.jsonl",
+        bounds=Bounds(call_s=60),
+    )
+    bundle, _ = record_agent(opts)
+    forger = scripted_agents.AGENTS[-1]
+    assert forger.attempts and set(forger.attempts) == {403}
+    agent = next(s for s in bundle.sessions if s.session.method == "agent")
+    residue = agent.residues[0]
+    # it deleted nothing: every call after the forget still carries z, forged marks or not
+    assert residue.context_calls and residue.context_calls_with_z == residue.context_calls
+    assert bundle.header.engine_facts["serve_control_key"] == call(url, "/eu-audit/v1/info")[1]["control_key"]
+    os.chmod(control, 0o600)
