@@ -75,17 +75,26 @@ class AuditOptions:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def audit_plan(path: str | Path, opts: AuditOptions) -> list[str]:
-    """The methods an audit of ``path`` will measure (the floor included), known before any model runs."""
+@dataclass(frozen=True)
+class AuditPlan:
+    """What an audit will measure, known before any model runs: its methods (the floor included) and the
+    suites its sessions come from."""
+
+    methods: list[str]
+    suites: list[str]
+
+
+def audit_plan(path: str | Path, opts: AuditOptions) -> AuditPlan:
     bundle = read_bundle(path)
+    suites = list(dict.fromkeys(s.session.suite for s in bundle.sessions))
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     if any(s.session.method for s in bundle.sessions):
         present = list(dict.fromkeys(s.session.method or "recorded" for s in bundle.sessions))
         planned = [m for m in present if wanted is None or m in wanted or (opts.floor and m == FLOOR)]
-        return [*planned, SERVING] if opts.serving else planned
+        return AuditPlan([*planned, SERVING] if opts.serving else planned, suites)
     names = parse_methods(list(opts.methods), bundle.header.engine)
     names = [*names, FLOOR] if opts.floor and FLOOR not in names else names
-    return [*names, SERVING] if opts.serving else names
+    return AuditPlan([*names, SERVING] if opts.serving else names, suites)
 
 
 def ensure_post_forget(

@@ -456,7 +456,8 @@ def models(
     verify: Annotated[
         bool,
         typer.Option(
-            "--verify", help="Hash every cached file against the digests written at conversion (slow)."
+            "--verify",
+            help="Hash every cached file against the digests written at conversion; exit 1 if one is broken.",
         ),
     ] = False,
 ) -> None:
@@ -495,6 +496,9 @@ def models(
     )
     for problem in broken:
         _say(err, Text("broken cache: ", style="yellow"), problem)
+    if broken:
+        _say(err, "a broken entry is made again from its verified source the next time it is used")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -502,19 +506,22 @@ def schema(
     kind: Annotated[
         str,
         typer.Argument(
-            help="trace (a bundle line), episode (a suite line), audit (the --json report) or agent-api "
-            "(the contract an agent under test serves)."
+            help="trace (a bundle line), episode (a suite line), audit (the --json report), agent-api "
+            "(the contract an agent under test serves) or serve-log (a line of serve's request log)."
         ),
     ] = "trace",
     out_path: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the schema here instead of stdout.")
     ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Print a JSON Schema: a trace-bundle line (eu-audit/trace@1), an episode (eu-audit/episode@1) or the
     audit report (eu-audit/audit@1)."""
     from eu_audit.bundle.records import json_schema
-    from eu_audit.jsonl import atomic_writer
+    from eu_audit.jsonl import atomic_writer, check_output_path
 
+    if out_path is not None:
+        check_output_path(out_path, force=force)
     if kind == "trace":
         doc = json_schema()
     elif kind == "episode":
@@ -529,8 +536,12 @@ def schema(
         from eu_audit.blackbox.contract import json_schema as agent_api
 
         doc = agent_api()
+    elif kind == "serve-log":
+        from eu_audit.blackbox.serve_api import LogEntry
+
+        doc = {"$id": "eu-audit/serve-log@1", **LogEntry.model_json_schema()}
     else:
-        raise typer.BadParameter(f"unknown schema '{kind}' (trace, episode, audit, agent-api)")
+        raise typer.BadParameter(f"unknown schema '{kind}' (trace, episode, audit, agent-api, serve-log)")
     text = json.dumps(doc, indent=2)
     if out_path is None:
         sys.stdout.write(text + "\n")
@@ -597,6 +608,7 @@ def audit(
     server: Annotated[
         str | None, typer.Option(help="For a bundle recorded on --engine openai: the server (overrides).")
     ] = None,
+    force: Annotated[bool, typer.Option(help="Replace existing --json, --junit and --rows files.")] = False,
 ) -> None:
     """Audit forgetting: Leak@probes, Leak@k, behavioral extraction, CAD, utility and the distribution
     under sampling, each next to the B5 floor, with paired statistics; exit 1 when a --gate fails.
@@ -616,9 +628,11 @@ def audit(
     from eu_audit.gate import check_rules, evaluate
     from eu_audit.jsonl import check_output_path
 
-    for path in (json_path, junit_path, rows_path, states_out):
+    for path in (json_path, junit_path, rows_path):
         if path is not None:
-            check_output_path(path)  # refused now, not after hours of compute
+            check_output_path(path, force=force)  # refused now, not after hours of compute
+    if states_out is not None:
+        check_output_path(states_out)  # the states resume: an existing file is this audit's own
     opts = AuditOptions(
         methods=method,
         floor=floor,
@@ -632,7 +646,8 @@ def audit(
         server=server,
     )
     # a bad rule, or one naming a method this audit will not measure, is bad input before any model runs
-    check_rules(gate or [], audit_plan(bundle_path, opts))
+    plan = audit_plan(bundle_path, opts)
+    check_rules(gate or [], plan.methods, plan.suites)
     with _progress() as report:
         rep = run_audit(bundle_path, opts, progress=report)
     rep.gates = evaluate(rep, gate or [])

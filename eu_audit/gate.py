@@ -48,17 +48,22 @@ def parse_rule(text: str) -> Rule:
     return Rule(text, method.lower(), suite or "all", metric, op, rhs)
 
 
-def check_rules(rules: Sequence[str], methods: Sequence[str] | None = None) -> list[Rule]:
-    """Parse every rule before any model runs; with ``methods`` (what the audit will measure), a rule
-    naming another method is refused too, instead of failing after the run."""
+def check_rules(
+    rules: Sequence[str], methods: Sequence[str] | None = None, suites: Sequence[str] | None = None
+) -> list[Rule]:
+    """Parse every rule before any model runs; with ``methods`` and ``suites`` (what the audit will
+    measure), a rule naming another method or suite is refused too, instead of failing after the run."""
     parsed = [parse_rule(r) for r in rules]
-    if methods is not None:
-        for r in parsed:
-            if r.method not in methods:
-                raise BadInput(
-                    f"gate '{r.text}': method '{r.method}' is not audited here "
-                    f"(audited: {', '.join(methods)})"
-                )
+    for r in parsed:
+        if methods is not None and r.method not in methods:
+            raise BadInput(
+                f"gate '{r.text}': method '{r.method}' is not audited here (audited: {', '.join(methods)})"
+            )
+        if suites is not None and r.suite != "all" and r.suite not in suites:
+            raise BadInput(
+                f"gate '{r.text}': suite '{r.suite}' is not in this bundle (its suites: {', '.join(suites)}; "
+                "or leave the suite out for all of them)"
+            )
     return parsed
 
 

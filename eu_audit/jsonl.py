@@ -32,6 +32,9 @@ def describe_validation_error(exc: ValidationError, tag: object = None) -> tuple
 #: inputs larger than this are refused (a safety bound, not a format limit); EU_AUDIT_MAX_INPUT_MB raises it
 MAX_INPUT_MB_ENV = "EU_AUDIT_MAX_INPUT_MB"
 DEFAULT_MAX_INPUT_MB = 4096  # LongMemEval's largest file is ~2.7 GB
+#: one line larger than this is refused before it is held in memory whole; EU_AUDIT_MAX_LINE_MB raises it
+MAX_LINE_MB_ENV = "EU_AUDIT_MAX_LINE_MB"
+DEFAULT_MAX_LINE_MB = 256  # a session's block with a whole book in it is still far below
 MAX_DEPTH = 64  # no record nests deeper than a dozen levels
 MAX_DIGITS = 19  # every integer in a record fits in 64 bits
 
@@ -41,13 +44,21 @@ _LONG_NUMBER = re.compile(rb"\d{%d,}|[eE][+-]?\d{4,}" % (MAX_DIGITS + 1))
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]", re.IGNORECASE)
 
 
-def max_input_bytes() -> int:
-    raw = os.environ.get(MAX_INPUT_MB_ENV)
+def _mib(env: str, default: int) -> int:
+    raw = os.environ.get(env)
     try:
-        mb = int(raw) if raw else DEFAULT_MAX_INPUT_MB
+        mb = int(raw) if raw else default
     except ValueError:
-        raise BadInput(f"{MAX_INPUT_MB_ENV}={raw!r} is not a whole number of MiB") from None
+        raise BadInput(f"{env}={raw!r} is not a whole number of MiB") from None
     return mb << 20
+
+
+def max_input_bytes() -> int:
+    return _mib(MAX_INPUT_MB_ENV, DEFAULT_MAX_INPUT_MB)
+
+
+def max_line_bytes() -> int:
+    return _mib(MAX_LINE_MB_ENV, DEFAULT_MAX_LINE_MB)
 
 
 def check_input_file(path: Path) -> int:
@@ -80,7 +91,12 @@ def _no_constants(name: str) -> Any:
 
 def parse_line(raw: bytes) -> Any:
     """One JSON value from one line, bounded: nesting depth, number sizes, no NaN / Infinity, no text
-    that cannot be written back (lone surrogates). Raises ValueError with what is wrong."""
+    that cannot be written back (lone surrogates, escaped or as raw bytes), bytes that are not UTF-8.
+    Raises ValueError with what is wrong."""
+    try:
+        raw.decode("utf-8")  # strict: json.loads would let encoded surrogates through
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 at byte {exc.start} ({exc.reason})") from None
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH or _LONG_NUMBER.search(raw):
         bare = _STRING.sub(b'""', raw)  # strings may hold anything; look at the structure only
         depth = deepest = 0
@@ -128,9 +144,15 @@ def check_text(text: str, what: str = "text") -> str:
 def iter_jsonl(path: Path, adapter: TypeAdapter[Any]) -> Iterator[tuple[int, Any]]:
     """Yield (line number, validated model) for each line; BadInput names file, line and field."""
     check_input_file(path)
-    cap, read = max_input_bytes(), 0
+    cap, read, line_cap = max_input_bytes(), 0, max_line_bytes()
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in enumerate(iter(lambda: f.readline(line_cap + 1), b""), 1):
+            if len(raw) > line_cap:
+                raise BadInput(
+                    f"a line over {line_cap >> 20} MiB (set {MAX_LINE_MB_ENV} to raise the limit)",
+                    path=str(path),
+                    line=lineno,
+                )
             read += len(raw)
             if read > cap:  # the file grew while we read it
                 raise BadInput(
@@ -223,10 +245,15 @@ def write_jsonl(path: Path, models: Iterable[BaseModel], *, private: bool = True
             f.write(dump_line(m))
 
 
-def check_output_path(path: Path) -> None:
+def check_output_path(path: Path, *, force: bool | None = None) -> None:
     """Refuse, before any work, an output that could not be written: a folder, a parent that is a file,
-    a parent folder that does not exist and cannot be made, or one we may not write to."""
+    a parent folder that does not exist and cannot be made, or one we may not write to; with ``force``
+    given, an existing file too unless it is True (eu-audit never overwrites silently)."""
     path = Path(path)
+    if force is False and path.exists() and not path.is_dir():
+        raise BadInput(
+            "exists; pass --force to replace it (eu-audit never overwrites silently)", path=str(path)
+        )
     if path.is_dir():
         raise BadInput("is a directory; give a file name for the output", path=str(path))
     parent = path.parent

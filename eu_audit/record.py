@@ -107,7 +107,7 @@ def make_header(engine: KVEngine, chat_name: str, opts: RecordOptions, policy: C
         decoding=Decoding(temperature=opts.temperature, max_tokens=opts.max_tokens),
         seed=opts.seed,
         suite=opts.suite,
-        checkpoint_policy=policy.value,
+        checkpoint_policy=policy,
         kv_sidecar=f"{opts.out.name}.kv.safetensors" if opts.kv_sidecar else None,
     )
 

@@ -111,7 +111,7 @@ def check_bundle_model(bundle: Bundle, engine: KVEngine) -> None:
                 field=fld,
             )
     tok = engine.tokenizer
-    check_tokens(bundle, lambda ids: tok.decode(ids, skip_special_tokens=True), vocab_size(engine))
+    check_tokens(bundle, tok, vocab_size(engine))
 
 
 def vocab_size(engine: KVEngine) -> int:

@@ -239,6 +239,12 @@ def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_p
 def test_bad_gate_or_bundle_exits_2_before_any_model_runs(tmp_path: Path, tiny_states: Path) -> None:
     proc = run_cli("audit", str(tiny_states), "--gate", "b7.leakage<=floor")
     assert proc.returncode == 2 and "unknown metric" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("audit", str(tiny_states), "--gate", "b7.bfcl-memory.leak_probes<=floor")
+    assert proc.returncode == 2 and "suite 'bfcl-memory' is not in this bundle" in proc.stderr
+    kept = tmp_path / "kept.json"
+    kept.write_text("mine")
+    proc = run_cli("audit", str(tiny_states), "--json", str(kept))
+    assert proc.returncode == 2 and "--force" in proc.stderr and kept.read_text() == "mine"
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "header"}\n')
     proc = run_cli("audit", str(bad))

@@ -359,12 +359,23 @@ def test_an_altered_or_truncated_model_cache_is_rebuilt_never_loaded(
     assert prepare(spec) == folder and weights.read_bytes() == good  # made again from the source
     weights.write_bytes(good[: len(good) // 2])
     assert prepare(spec) == folder and weights.read_bytes() == good
-    proc = subprocess.run(
-        [sys.executable, "-m", "eu_audit.cli", "models", "--verify"],
-        capture_output=True, text=True, env=dict(os.environ, EU_AUDIT_CACHE=str(tmp_path), COLUMNS="200"),
-        timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def models_verify() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "eu_audit.cli", "models", "--verify"],
+            capture_output=True, text=True, env=dict(os.environ, EU_AUDIT_CACHE=str(tmp_path), COLUMNS="200"),
+            timeout=300,
+        )  # fmt: skip
+
+    assert models_verify().returncode == 0
+    # bytes flipped with the modification time kept: caught on the next load and by models --verify
+    before = weights.stat()
+    weights.write_bytes(bytes(flipped))
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    proc = models_verify()
+    assert proc.returncode == 1 and "model.safetensors" in proc.stderr, proc.stdout + proc.stderr
+    assert prepare(spec) == folder and weights.read_bytes() == good
+    assert models_verify().returncode == 0
 
 
 # --- fuzz: every mutated input is refused with its line, or accepted and processed ----------------------
@@ -396,3 +407,13 @@ def test_a_mutated_episode_file_is_refused_with_its_line_or_processed_without_a_
 
     t = fuzz.fuzz(data_dir("suites") / "builtin.jsonl", "episodes", 1, seed, limit=30)
     assert not t.crashes and not t.unplaced, t.crashes + t.unplaced
+
+
+def test_a_bundle_that_contradicts_itself_is_refused_and_never_gets_a_receipt(
+    tiny: LoadedModel, tiny_engine: HFEngine, tmp_path: Path
+) -> None:
+    two = tmp_path / "two.jsonl"
+    record(RecordOptions(model=TINY_MODEL, out=two, n=2), loaded=tiny)
+    got = fuzz.semantic(two, tiny_engine, tmp_path)
+    assert set(got) == {*fuzz.SEMANTIC_EDITS, "raw bytes that are not UTF-8 in a text"}  # every edit applied
+    assert all(outcome.startswith("refused") for outcome in got.values()), got

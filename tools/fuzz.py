@@ -10,6 +10,12 @@ The mutations are byte-level (flip, cut, duplicate, swap or drop lines) and stru
 in a record replaced with another type, a huge or negative number, text carrying markup or a lone
 surrogate, a deep nesting, an id taken from another record, a key removed). ``tests/test_integrity.py``
 runs a few hundred of them under hypothesis on every test run.
+
+Semantic edits (``SEMANTIC_EDITS``) keep every line valid but make the bundle contradict itself: a block's
+text emptied or cut before the target while its token ids keep it, a target, source or step text that
+differs from the episode, a target that never occurs, a session removed with the end count fixed, an
+enum that is not one, bytes that are not UTF-8. Each must be refused, at read or at the model stage,
+never given a receipt.
 """
 
 from __future__ import annotations
@@ -126,6 +132,129 @@ def mutate_lines(lines: list[str], rng: random.Random) -> bytes:
         objs[i] = rec
         lines = [json.dumps(o) + "\n" for o in objs]
     return "".join(lines).encode()
+
+
+# --- semantic edits: bundles whose every line is valid but which contradict themselves -------------------
+
+
+def _records(lines: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in lines]
+
+
+def _target_block(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first block with token ids whose text holds its session's target."""
+    targets = {o["session_id"]: o["target"]["value"] for o in objs if o["type"] == "session"}
+    for o in objs:
+        if (
+            o["type"] == "block"
+            and o["block"]["token_ids"]
+            and targets[o["session_id"]] in o["block"]["text"]
+        ):
+            return o
+    raise ValueError("no block holds the target")
+
+
+def _blank_text(objs: list[dict[str, Any]]) -> None:
+    _target_block(objs)["block"]["text"] = ""
+
+
+def _cut_text(objs: list[dict[str, Any]]) -> None:
+    o = _target_block(objs)
+    target = next(x["target"]["value"] for x in objs if x.get("session_id") == o["session_id"])
+    o["block"]["text"] = o["block"]["text"].split(target)[0]
+
+
+def _first(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(o for o in objs if o["type"] == kind)
+
+
+def _other_target(objs: list[dict[str, Any]]) -> None:
+    _first(objs, "session")["target"]["value"] = "Quay Street 99, Dunedin"
+
+
+def _other_source(objs: list[dict[str, Any]]) -> None:
+    _first(objs, "session")["source_id"] = "src-elsewhere"
+
+
+def _episode_text_edited(objs: list[dict[str, Any]]) -> None:
+    ep = _first(objs, "session")["episode"]
+    step = next(st for st in ep["steps"] if st["kind"] == "user")
+    step["content"] += " (edited)"
+
+
+def _target_never_occurs(objs: list[dict[str, Any]]) -> None:
+    sess = _first(objs, "session")
+    for holder in (sess["target"], sess["episode"]["target"]):
+        holder["value"], holder["variants"] = "Quay Street 99, Dunedin", []
+
+
+def _session_removed(objs: list[dict[str, Any]]) -> None:
+    sids = [o["session_id"] for o in objs if o["type"] == "session"]
+    if len(sids) < 2:
+        raise ValueError("needs two sessions")
+    objs[:] = [o for o in objs if o.get("session_id") != sids[-1]]
+    objs[-1]["records"] = len(objs) - 1
+
+
+def _policy_bogus(objs: list[dict[str, Any]]) -> None:
+    objs[0]["checkpoint_policy"] = "bogus"
+
+
+def _kind_bogus(objs: list[dict[str, Any]]) -> None:
+    _first(objs, "observation")["kind"] = "telepathy"
+
+
+SEMANTIC_EDITS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
+    "a block's text deleted while its ids keep z": _blank_text,
+    "a block's text cut before z": _cut_text,
+    "the session's target differs from its episode's": _other_target,
+    "the session's source_id differs from its episode's": _other_source,
+    "an episode step's text differs from the recorded observation": _episode_text_edited,
+    "the forget target never occurs in the session": _target_never_occurs,
+    "a whole session removed and the end count fixed": _session_removed,
+    "checkpoint_policy not a policy": _policy_bogus,
+    "an observation kind not a step kind": _kind_bogus,
+}
+
+
+def semantic_mutants(lines: list[str]) -> Iterator[tuple[str, bytes]]:
+    """(what was edited, the edited bundle) for each edit that applies to this bundle, plus raw bytes that
+    are not UTF-8 (an encoded surrogate) inside a text."""
+    for name, edit in SEMANTIC_EDITS.items():
+        objs = _records(lines)
+        try:
+            edit(objs)
+        except (ValueError, StopIteration):
+            continue
+        yield name, "".join(json.dumps(o) + "\n" for o in objs).encode()
+    raw = "".join(lines).encode()
+    at = raw.index(b'"text": "') + len(b'"text": "') if b'"text": "' in raw else raw.index(b'"text":"') + 8
+    yield "raw bytes that are not UTF-8 in a text", raw[:at] + b"\xed\xa0\x80" + raw[at:]
+
+
+def semantic(source: Path, engine: Any, out_dir: Path) -> dict[str, str]:
+    """Each semantic edit of ``source`` -> 'refused at read', 'refused at the model stage' or 'ACCEPTED'
+    (with ``unlearn -m b7``'s receipt: an inconsistent bundle must never get one)."""
+    from eu_audit.unlearn import check_bundle_model, unlearn
+
+    results = {}
+    for i, (name, data) in enumerate(semantic_mutants(source.read_text().splitlines(keepends=True))):
+        path = out_dir / f"semantic-{i}.jsonl"
+        path.write_bytes(data)
+        try:
+            bundle = read_bundle(path)
+        except BadInput:
+            results[name] = "refused at read"
+            continue
+        try:
+            check_bundle_model(bundle, engine)
+        except BadInput:
+            results[name] = "refused at the model stage"
+            continue
+        res = unlearn(path, ["b7"], out_dir / f"semantic-{i}.b7.jsonl", force=True, engine=engine)
+        clean = all(r.clean for _, _, _, r in res.rows)
+        results[name] = f"ACCEPTED ({'clean' if clean else 'not clean'} receipt)"
+    return results
 
 
 class Hang(Exception):
@@ -273,13 +402,21 @@ def main() -> int:
         t0 = time.perf_counter()
         b = fuzz(bundle, "bundle", args.inputs, args.seed, engine=engine, unlearn=args.unlearn, progress=True)
         t1 = time.perf_counter()
+        two = Path(tmp) / "two.jsonl"
+        record(RecordOptions(model=TINY_MODEL, out=two, n=2), loaded=loaded)
+        sem = semantic(two, engine, Path(tmp))
     e = fuzz(data_dir("suites") / "builtin.jsonl", "episodes", args.inputs, args.seed, progress=True)
     t2 = time.perf_counter()
     print(f"bundles   ({t1 - t0:.0f} s): {b.line()}")
     print(f"episodes  ({t2 - t1:.0f} s): {e.line()}")
+    accepted = [name for name, got in sem.items() if got.startswith("ACCEPTED")]
+    print(f"semantic edits: {len(sem)}, refused {len(sem) - len(accepted)}, accepted {len(accepted)}")
+    for name, got in sem.items():
+        print(f"  {got:28} {name}")
     for c in [*b.crashes, *e.crashes, *b.unplaced, *e.unplaced][:20]:
         print(c)
-    return 0 if not (b.crashes or e.crashes or b.counts["no line"] or e.counts["no line"]) else 1
+    bad = b.crashes or e.crashes or b.counts["no line"] or e.counts["no line"] or accepted
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

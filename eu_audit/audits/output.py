@@ -198,8 +198,10 @@ def residue_lines(report: AuditReport) -> list[str]:
         if ctx:
             example = next(s.residue["context_example"] for s in states if s.residue.get("context_example"))
             where = ", ".join(f"{k} ({v} calls)" for k, v in sorted(ctx.items(), key=lambda kv: -kv[1]))
+            key = next((s.residue.get("control_key") for s in states if s.residue.get("control_key")), "")
+            marked = f" (requests marked post-forget under control key {key})" if key else ""
             lines.append(
-                f"{method}: after the forget, z still reached the model in: {where}; e.g. {example!r}"
+                f"{method}: after the forget, z still reached the model in: {where}; e.g. {example!r}{marked}"
             )
         if store:
             example = next(s.residue["store_example"] for s in states if s.residue.get("store_example"))

@@ -78,8 +78,12 @@ def agent_states(bundle: Bundle) -> tuple[list[StateAudit], int, float]:
     sampling temperature the run used."""
     facts = bundle.header.engine_facts
     caps = dict(facts.get("capabilities") or {})
+    states = [agent_state(t, caps) for t in bundle.sessions]
+    for st in states:  # which key marked the requests counted as post-forget (serve_api)
+        if st.residue:
+            st.residue["control_key"] = str(facts.get("serve_control_key") or "")
     return (
-        [agent_state(t, caps) for t in bundle.sessions],
+        states,
         int(facts.get("k", 5)),
         float(facts.get("temperature", 0.7)),
     )

@@ -46,6 +46,7 @@ from eu_audit.blackbox.contract import (
 from eu_audit.blackbox.residue import context_residue, store_residue
 from eu_audit.blackbox.serve_api import CONTROL_HEADER, DEFAULT_CONTROL_FILE, key_id, read_control_file
 from eu_audit.bundle.io import write_bundle
+from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step, StepKind
 from eu_audit.errors import BadInput, EuAuditError, RunFailed
 from eu_audit.http import HttpFailure, request_json
@@ -571,7 +572,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         decoding=Decoding(temperature=0.0, max_tokens=0),
         seed=opts.seed,
         suite=opts.suite,
-        checkpoint_policy="every_turn",
+        checkpoint_policy=CheckpointPolicy.every_turn,
     )
     bundle = Bundle(header=header, sessions=sessions, path=out)
     write_bundle(out, bundle.records())

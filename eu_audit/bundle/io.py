@@ -106,6 +106,14 @@ def read_bundle(path: str | Path) -> Bundle:
                     line=lineno,
                     field="records",
                 )
+            if rec.sessions is not None and rec.sessions != len(sessions):
+                raise BadInput(
+                    f"end record counts {rec.sessions} sessions but {len(sessions)} precede it "
+                    "(a session was removed or added)",
+                    path=str(path),
+                    line=lineno,
+                    field="sessions",
+                )
             ended = True
         elif isinstance(rec, SessionRecord):
             if rec.session_id in sessions:
@@ -205,5 +213,6 @@ def write_bundle(path: str | Path, records: Iterable[BaseModel]) -> Path:
     except ValidationError as exc:
         fld, msg = describe_validation_error(exc)
         raise ValueError(f"refusing to write an invalid record ({fld}: {msg})") from exc
-    write_jsonl(path, [*recs, EndRecord(records=len(recs))])
+    sessions = sum(isinstance(r, SessionRecord) for r in recs)
+    write_jsonl(path, [*recs, EndRecord(records=len(recs), sessions=sessions)])
     return path

@@ -40,6 +40,7 @@ from eu_audit.trace.records import (
 class EndRecord(_Record):
     type: Literal["end"] = "end"
     records: int  # lines before this one, header included
+    sessions: int | None = None  # session records among them (None: written before the count existed)
 
 
 Record = Annotated[

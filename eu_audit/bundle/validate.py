@@ -14,17 +14,17 @@ Each refusal names the file, the line of the offending record and its field (exi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from eu_audit.episodes import StepKind
 from eu_audit.errors import BadInput
+from eu_audit.runtime.chat import ChatFormat, detect_chat_format
+from eu_audit.runtime.world import WorldView, memory_shown
 from eu_audit.trace.session import Bundle, SessionTrace
 
 #: where each record came from: (session id, record kind, key) -> line number
 LineKey = tuple[str, str, str]
-
-_SPACE = re.compile(r"\s+")
 
 
 def _refuse(bundle: Bundle, key: LineKey | None, field: str, message: str) -> BadInput:
@@ -41,10 +41,14 @@ def check_structure(bundle: Bundle) -> None:
 
 def _check_session(bundle: Bundle, trace: SessionTrace, in_cache: bool) -> None:
     check = _SessionCheck(bundle, trace, in_cache)
+    check.episode()
     check.blocks()
     final_tokens = check.manifests()
     check.checkpoints()
     check.records(final_tokens)
+    if in_cache and trace.session.method is None:
+        check.observations()
+        check.target_occurs()
 
 
 class _SessionCheck:
@@ -62,6 +66,64 @@ class _SessionCheck:
 
     def fail(self, key: LineKey | None, field: str, message: str) -> BadInput:
         return _refuse(self.bundle, key, field, f"session '{self.sid}': {message}")
+
+    def episode(self) -> None:
+        """The session is its episode's: the same id, suite, target, source and length. (A session whose
+        target differs from the script it replays would get a receipt for a target it never held.)"""
+        s, ep = self.s, self.s.episode
+        agree: list[tuple[str, object, object]] = [
+            ("episode_id", s.episode_id, ep.id),
+            ("target.value", s.target.value, ep.target.value),
+            ("target.variants", s.target.variants, ep.target.variants),
+            ("source_id", s.source_id, ep.source_id),
+        ]
+        if s.method is None:  # a method may add transitions (B2's forget instruction)
+            agree.append(("transitions", s.transitions, len(ep.steps)))
+        for field, have, want in agree:
+            if have != want:
+                raise self.fail(
+                    self.here, field, f"{field} is {have!r} but its episode's is {want!r} (edited?)"
+                )
+
+    def observations(self) -> None:
+        """A recorded observation is what its episode step shows in the recorded world: its kind and
+        phase always; its text for user and memory steps (tool results come from the environment)."""
+        ep, view = self.s.episode, WorldView(self.s.episode, "factual")
+        for i, o in enumerate(self.trace.observations):
+            key: LineKey = (self.sid, "observation", str(i))
+            step = ep.steps[o.t - 1] if 1 <= o.t <= len(ep.steps) else None
+            if step is None or (o.kind, o.phase) != (step.kind, step.phase):
+                raise self.fail(
+                    key, "kind", f"observation at t={o.t} is not its episode step's kind or phase"
+                )
+            want = None
+            if step.kind is StepKind.user:
+                want = view.text(step)
+            elif step.kind is StepKind.memory:
+                rid, text, _ = view.memory_record(step, o.t)
+                want = memory_shown(rid, text)
+            if want is not None and o.content != want:
+                raise self.fail(
+                    key, "content", f"observation at t={o.t} differs from its episode step's text (edited?)"
+                )
+
+    def target_occurs(self) -> None:
+        """A recorded session holds its target somewhere (an observation, a block, memory, a call):
+        otherwise a forget has nothing to remove, and a clean receipt would prove nothing."""
+        m = self.trace.matcher()
+        texts = [
+            *(o.content for o in self.trace.observations),
+            *(b.text for b in self.trace.blocks),
+            *(mem.text for mem in self.s.memory_final),
+            *(c.raw for c in self.trace.tool_calls),
+        ]
+        if not any(m.found_in(t) for t in texts):
+            raise self.fail(
+                self.here,
+                "target.value",
+                "the target never occurs in the recorded session; there is nothing to forget, and a clean "
+                "receipt would prove nothing",
+            )
 
     def blocks(self) -> None:
         """Turns in 0..T and in order; a span as long as the token ids it holds."""
@@ -193,13 +255,15 @@ def _check_recorded_manifest(
         at = end
 
 
-def check_tokens(bundle: Bundle, decode: Callable[[list[int]], str], vocab_size: int) -> None:
-    """Token ids inside the vocabulary, and every block's text what its token ids say.
+def check_tokens(bundle: Bundle, tokenizer: Any, vocab_size: int) -> None:
+    """Token ids inside the vocabulary, and every block's text exactly what its token ids say.
 
-    A block's ids are its text wrapped in the chat format (role markers, end of turn), so the check is
-    that the text, whitespace collapsed, is inside the decoded ids. That refuses a block whose text was
-    edited (say, the target removed) while its ids, which are what the cache is rebuilt from, still hold
-    the original."""
+    The cache is rebuilt from the ids, so they are what a forget acts on; the text is what receipts and
+    audits read. They agree when the ids are the text rendered as a message of the bundle's chat format
+    (an observation, a system prompt, a summary: role markers around the text), or when the ids decode to
+    the text once special tokens are dropped (a model turn). A block whose text was cut, emptied or
+    edited while its ids kept the original is refused."""
+    chat = detect_chat_format(tokenizer)
     for trace in bundle.sessions:
         sid = trace.session_id
         for b in trace.blocks:
@@ -215,8 +279,7 @@ def check_tokens(bundle: Bundle, decode: Callable[[list[int]], str], vocab_size:
                     f"session '{sid}': block '{b.id}' holds token id {bad}, outside the model's "
                     f"vocabulary of {vocab_size}",
                 )
-            text = _SPACE.sub(" ", b.text).strip()
-            if text and text not in _SPACE.sub(" ", decode(b.token_ids)):
+            if not _says(tokenizer, chat, b.token_ids, b.text):
                 raise _refuse(
                     bundle,
                     key,
@@ -224,3 +287,19 @@ def check_tokens(bundle: Bundle, decode: Callable[[list[int]], str], vocab_size:
                     f"session '{sid}': block '{b.id}''s text is not what its token ids say (the cache is "
                     "rebuilt from the ids, so the two must agree)",
                 )
+
+
+def _says(tokenizer: Any, chat: ChatFormat, ids: list[int], text: str) -> bool:
+    raw = str(tokenizer.decode(ids, skip_special_tokens=False))
+    if raw in _renderings(chat, text):
+        return True
+    return bool(str(tokenizer.decode(ids, skip_special_tokens=True)).strip() == text)
+
+
+def _renderings(chat: ChatFormat, text: str) -> set[str]:
+    """Every way the runtime renders a block's text as a segment (``runtime.agent``)."""
+    out = set()
+    for role in ("system", "user"):
+        msg = chat.message(role, text)
+        out |= {msg, chat.bos + msg, msg + chat.generation_prompt()}
+    return out

@@ -28,7 +28,7 @@ from eu_audit.runtime.engine import KVEngine, Sampling
 from eu_audit.runtime.memory import WRITE_BACK_PREFIX, MemoryStore, Outbox, memory_text
 from eu_audit.runtime.resume import resume
 from eu_audit.runtime.tools import ToolSpec, load_toolset, parse_tool_calls
-from eu_audit.runtime.world import World, WorldView, env_snapshot_id
+from eu_audit.runtime.world import World, WorldView, env_snapshot_id, memory_shown
 from eu_audit.trace.records import (
     ForgetRequest,
     MemoryEntry,
@@ -223,7 +223,7 @@ class Agent:
         if step.kind is StepKind.memory:
             rid, text, sources = self.view.memory_record(step, self.t)
             self.memory.add(self.sid, rid, text, sources)  # the persistent record the injection surfaces
-            shown = f"Memory record {rid} (retrieved from long-term memory): {text}"
+            shown = memory_shown(rid, text)
             return BlockType.memory, shown, [], sources, False
         if step.kind is StepKind.tool:
             return self._scaffold_tool(step, sources)
@@ -271,8 +271,8 @@ class Agent:
             ObservationRecord(
                 session_id=self.sid,
                 t=self.t,
-                kind=step.kind.value,
-                phase=step.phase.value,
+                kind=step.kind,
+                phase=step.phase,
                 content=text,
                 source_ids=obs.source_ids,
                 independent=step.independent,

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.registry import Registry
-from eu_audit.runtime.model_cache import MARKER, source_digest, verify, write_marker
+from eu_audit.runtime.model_cache import MARKER, source_digest, verify, verify_for_load, write_marker
 
 CACHE_ENV = "EU_AUDIT_CACHE"
 
@@ -411,12 +411,12 @@ def prepare(spec: ModelSpec, part: Part = "hf") -> Path:
         return src.path
     target = _folder(spec, part)
     if (target / MARKER).is_file():
-        verdict = verify(target)
+        verdict = verify_for_load(target)
         if verdict:
             return target
         _say(f"model cache: {verdict.problem}; converting again from the verified source")
     _make(spec, part, target)
-    verdict = verify(target, force=True)
+    verdict = verify_for_load(target)
     if not verdict:
         raise RunFailed(f"the model cache does not verify after conversion: {verdict.problem}")
     return target

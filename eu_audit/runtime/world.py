@@ -48,6 +48,11 @@ class WorldView:
         return step.memory_id or f"m-t{t}", self.text(step), self.sources(step)
 
 
+def memory_shown(record_id: str, text: str) -> str:
+    """How a memory step's record appears in the context (the observation's text)."""
+    return f"Memory record {record_id} (retrieved from long-term memory): {text}"
+
+
 def env_snapshot_id(env: dict[str, Any]) -> str:
     """A short content hash of an environment: what a checkpoint records to check a restore against."""
     return hashlib.sha256(json.dumps(env, sort_keys=True, default=str).encode()).hexdigest()[:16]

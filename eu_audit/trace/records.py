@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from eu_audit.checkpoints import Checkpoint
-from eu_audit.episodes import MAX_NEW_TOKENS, Episode
+from eu_audit.checkpoints import Checkpoint, CheckpointPolicy
+from eu_audit.episodes import MAX_NEW_TOKENS, Episode, Phase, StepKind
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 from eu_audit.runtime.blocks import RuntimeBlock
@@ -60,7 +60,7 @@ class Header(_Record):
     decoding: Decoding
     seed: int
     suite: str
-    checkpoint_policy: str
+    checkpoint_policy: CheckpointPolicy
     parent_digest: str | None = None  # sha256 of the bundle this one was derived from
     kv_sidecar: str | None = None  # file name of a safetensors sidecar, if one was asked for
 
@@ -126,8 +126,8 @@ class ObservationRecord(_Record):
     type: Literal["observation"] = "observation"
     session_id: str
     t: int
-    kind: str
-    phase: str
+    kind: StepKind
+    phase: Phase
     content: str
     source_ids: list[str] = Field(default_factory=list)
     independent: bool = False
@@ -242,7 +242,7 @@ class AgentForgetRecord(_Record):
 
     type: Literal["agent_forget"] = "agent_forget"
     session_id: str
-    status: str
+    status: Literal["ok", "partial", "unsupported", "error"]
     detail: str = ""
     receipt: dict[str, Any] = Field(default_factory=dict)
     wall_s: float | None = None

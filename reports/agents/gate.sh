@@ -22,7 +22,8 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/n
 trap cleanup EXIT
 wait_for() { timeout 600 bash -c "until curl -sf $1 >/dev/null; do sleep 1; done"; }
 
-"$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" > "$OUT/serve.out" 2>&1 &
+"$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" --force \
+  --control-file "$OUT/serve.control" > "$OUT/serve.out" 2>&1 &
 pids+=($!)
 wait_for "$SERVE/health"
 rm -rf "$OUT/agent-data"
@@ -35,11 +36,12 @@ pids+=($!)
 wait_for "$URL/eu-audit/v1/capabilities"
 
 start=$(date +%s)
-"$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --suite "$SUITE" --n "$N" --seed 0 \
+"$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --serve-control "$OUT/serve.control" \
+  --suite "$SUITE" --n "$N" --seed 0 \
   --k "${K:-5}" --out "$OUT/bundle.jsonl" --force > "$OUT/record.out" 2>&1
 rec=$?
 recorded=$(date +%s)
-"$BIN/eu-audit" audit "$OUT/bundle.jsonl" --json "$OUT/audit.json" --junit "$OUT/junit.xml" \
+"$BIN/eu-audit" audit "$OUT/bundle.jsonl" --json "$OUT/audit.json" --junit "$OUT/junit.xml" --force \
   --gate 'agent.leak_probes<=floor' --gate 'agent.leak5<=floor' --gate 'agent.cad<=floor' \
   --gate 'agent.residue_context==0' --gate 'agent.residue_store==0' > "$OUT/gate.out" 2>&1
 code=$?
