@@ -63,6 +63,7 @@ class AuditOptions:
     temperature: float = 0.7
     max_tokens: int = 32
     margin: float = 0.1
+    alpha: float = 0.05  # the gates' one-sided significance level
     seed: int = 0
     unlearned_out: Path | None = None
     serving: bool = False  # also measure serving-layer residue (a served engine's prefix cache)
@@ -319,6 +320,7 @@ def audit_state(
     try:
         matcher = trace.matcher()
         art = artifact_leak(trace, ep.tau, matcher)
+        st.state_digest = state_digest(trace)
         builder = builder or StateBuilder(runner.engine)
         builder.rebuild(trace)
         memory_context(runner, trace, builder)
@@ -377,6 +379,13 @@ def audit_state(
     except Exception as exc:  # fail closed: recorded as an error, counted as a failure
         st.error = f"{type(exc).__name__}: {exc}"
     return st
+
+
+def state_digest(trace: SessionTrace) -> str:
+    """What the state is: the token ids its cache holds, in order, and its memory store's texts."""
+    cache = [trace.block(bid).token_ids for bid in trace.session.final_manifest]
+    memory = sorted(m.text for m in trace.session.memory_final)
+    return hashlib.sha256(json.dumps([cache, memory]).encode()).hexdigest()
 
 
 def memory_context(runner: ProbeRunner, trace: SessionTrace, builder: StateBuilder) -> None:
@@ -480,6 +489,7 @@ def summarise(
         k=opts.k,
         temperature=opts.temperature,
         margin=opts.margin,
+        alpha=opts.alpha,
         floor=opts.floor,
         methods=methods,
         suites=suites,

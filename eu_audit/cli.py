@@ -1,6 +1,7 @@
 """The ``eu-audit`` command line: thin wrappers over the library, one exit-code contract.
 
-0 ran and every gate held; 1 ran and a gate failed; 2 bad input or usage; 3 the run itself failed.
+0 ran and every gate held; 1 ran and a gate failed; 2 bad input or usage; 3 the run itself failed;
+4 ran, no gate failed, but one is inconclusive at this n (more sessions would decide).
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="rich",
     help="Prove whether an LLM agent really forgets: record agent sessions on a local KV engine, apply "
-    "forget methods, audit what is left.\n\nExit codes: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.",
+    "forget methods, audit what is left.\n\nExit codes: 0 ok, 1 a gate failed, 2 bad input, 3 run failed, "
+    "4 a gate is inconclusive at this n.",
 )
 suites_app = typer.Typer(help="List, show and build episode suites.", no_args_is_help=True)
 app.add_typer(suites_app, name="suites")
 out = Console()
 err = Console(stderr=True)
+#: 0 held, 1 a gate failed, 2 bad input, 3 the run failed, 4 a gate is inconclusive at this n
+EXIT_CODES = (0, 1, 2, 3, 4)
 DEBUG_ENV = "EU_AUDIT_DEBUG"  # set to 1 (or pass --debug) to see the traceback of a failed run
 
 
@@ -88,102 +92,135 @@ def _root(
         os.environ[DEBUG_ENV] = "1"
 
 
+# record's options, one alias each (the command's signature stays readable)
+RecordSuite = Annotated[
+    str,
+    typer.Option(
+        help="Suite name (see `eu-audit suites list`), an episodes JSONL file, or loader:PATH; "
+        "a comma list records --n sessions from each."
+    ),
+]
+RecordN = Annotated[
+    int | None,
+    typer.Option("--n", help="Sessions per suite (cycles through it); default: each episode once."),
+]
+RecordModel = Annotated[
+    str,
+    typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file."),
+]
+RecordSeed = Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")]
+RecordOutPath = Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")]
+RecordCheckpoints = Annotated[
+    CheckpointPolicy | None,
+    typer.Option(
+        help="Checkpoint policy (granularity only changes cost). Default: the episode's, else every_turn."
+    ),
+]
+RecordTemperature = Annotated[
+    float, typer.Option(min=0.0, help="0 = greedy; > 0 samples with per-turn seeds.")
+]
+RecordMaxTokens = Annotated[int, typer.Option(min=1, help="Default cap on tokens per model turn.")]
+RecordDtype = Annotated[str, typer.Option(help="float32 or bfloat16.")]
+RecordKvSidecar = Annotated[
+    bool, typer.Option(help="Also write the final KV cache as a safetensors sidecar.")
+]
+RecordStateDir = Annotated[
+    Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")
+]
+RecordEngine = Annotated[
+    str,
+    typer.Option(
+        help="KV engine: auto (llamacpp for models shipped as GGUF, else hf), llamacpp, hf "
+        "(transformers; needed for --kv-sidecar and span-only excision) or openai (a served model: "
+        "--server). Later commands follow the bundle's engine."
+    ),
+]
+RecordServer = Annotated[
+    str | None,
+    typer.Option(help="The OpenAI-compatible server of --engine openai (or EU_AUDIT_SERVER)."),
+]
+RecordConcurrency = Annotated[
+    int, typer.Option(min=1, help="Sessions in flight at once on a served engine (its batching).")
+]
+RecordAgent = Annotated[
+    str | None,
+    typer.Option(
+        help="Drive an agent eu-audit did not build instead (black box): http://host:port (the agent "
+        "contract, see `eu-audit schema agent-api`) or module:factory. Its own forget is called."
+    ),
+]
+RecordServe = Annotated[
+    str | None,
+    typer.Option(
+        help="With --agent: the `eu-audit serve` the agent's model calls go through (pins the samples' "
+        "seeds; its log shows what reached the model after the forget)."
+    ),
+]
+RecordK = Annotated[
+    int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
+]
+RecordServeControl = Annotated[
+    Path,
+    typer.Option(
+        help="With --agent --serve: the file where serve wrote its control secret (its --control-file). "
+        "Only the harness reads it; the agent under test is never given it."
+    ),
+]
+RecordAgentTimeout = Annotated[
+    float | None,
+    typer.Option(
+        min=0.1,
+        help="With --agent: wall seconds one agent call may take, whole (default: "
+        "$EU_AUDIT_AGENT_TIMEOUT, else 300).",
+    ),
+]
+RecordMaxResponseMb = Annotated[
+    float,
+    typer.Option(min=0.01, help="With --agent: the largest answer one agent call may return (MiB)."),
+]
+RecordMaxBundleMb = Annotated[
+    float, typer.Option(min=1.0, help="With --agent: the largest bundle a run may write (MiB).")
+]
+RecordKeepState = Annotated[
+    bool, typer.Option(help="With --agent: keep <out>.state/ when the run fails (for inspection).")
+]
+RecordHint = Annotated[
+    bool,
+    typer.Option(
+        help="With --agent: send the flagged observation's sanitized text with the forget. It is what "
+        "the reference tenant was fed, so an agent that replays with it matches it by construction; "
+        "off by default (the source text alone is sent), and the bundle records which was sent.",
+    ),
+]
+RecordForce = Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")]
+
+
 @app.command()
 def record(
-    suite: Annotated[
-        str,
-        typer.Option(
-            help="Suite name (see `eu-audit suites list`), an episodes JSONL file, or loader:PATH; "
-            "a comma list records --n sessions from each."
-        ),
-    ] = "builtin",
-    n: Annotated[
-        int | None,
-        typer.Option("--n", help="Sessions per suite (cycles through it); default: each episode once."),
-    ] = None,
-    model: Annotated[
-        str,
-        typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file."),
-    ] = DEFAULT_MODEL,
-    seed: Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")] = 0,
-    out_path: Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")] = Path(
-        "trace.jsonl"
-    ),
-    checkpoints: Annotated[
-        CheckpointPolicy | None,
-        typer.Option(
-            help="Checkpoint policy (granularity only changes cost). Default: the episode's, else every_turn."
-        ),
-    ] = None,
-    temperature: Annotated[
-        float, typer.Option(min=0.0, help="0 = greedy; > 0 samples with per-turn seeds.")
-    ] = 0.0,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Default cap on tokens per model turn.")] = 48,
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
-    kv_sidecar: Annotated[
-        bool, typer.Option(help="Also write the final KV cache as a safetensors sidecar.")
-    ] = False,
-    state_dir: Annotated[
-        Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")
-    ] = None,
-    engine: Annotated[
-        str,
-        typer.Option(
-            help="KV engine: auto (llamacpp for models shipped as GGUF, else hf), llamacpp, hf "
-            "(transformers; needed for --kv-sidecar and span-only excision) or openai (a served model: "
-            "--server). Later commands follow the bundle's engine."
-        ),
-    ] = "auto",
-    server: Annotated[
-        str | None,
-        typer.Option(help="The OpenAI-compatible server of --engine openai (or EU_AUDIT_SERVER)."),
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option(min=1, help="Sessions in flight at once on a served engine (its batching).")
-    ] = 1,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            help="Drive an agent eu-audit did not build instead (black box): http://host:port (the agent "
-            "contract, see `eu-audit schema agent-api`) or module:factory. Its own forget is called."
-        ),
-    ] = None,
-    serve: Annotated[
-        str | None,
-        typer.Option(
-            help="With --agent: the `eu-audit serve` the agent's model calls go through (pins the samples' "
-            "seeds; its log shows what reached the model after the forget)."
-        ),
-    ] = None,
-    k: Annotated[
-        int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
-    ] = 5,
-    serve_control: Annotated[
-        Path,
-        typer.Option(
-            help="With --agent --serve: the file where serve wrote its control secret (its --control-file). "
-            "Only the harness reads it; the agent under test is never given it."
-        ),
-    ] = Path(DEFAULT_CONTROL_FILE),
-    agent_timeout: Annotated[
-        float | None,
-        typer.Option(
-            min=0.1,
-            help="With --agent: wall seconds one agent call may take, whole (default: "
-            "$EU_AUDIT_AGENT_TIMEOUT, else 300).",
-        ),
-    ] = None,
-    max_response_mb: Annotated[
-        float,
-        typer.Option(min=0.01, help="With --agent: the largest answer one agent call may return (MiB)."),
-    ] = 4.0,
-    max_bundle_mb: Annotated[
-        float, typer.Option(min=1.0, help="With --agent: the largest bundle a run may write (MiB).")
-    ] = 512.0,
-    keep_state: Annotated[
-        bool, typer.Option(help="With --agent: keep <out>.state/ when the run fails (for inspection).")
-    ] = False,
-    force: Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")] = False,
+    suite: RecordSuite = "builtin",
+    n: RecordN = None,
+    model: RecordModel = DEFAULT_MODEL,
+    seed: RecordSeed = 0,
+    out_path: RecordOutPath = Path("trace.jsonl"),
+    checkpoints: RecordCheckpoints = None,
+    temperature: RecordTemperature = 0.0,
+    max_tokens: RecordMaxTokens = 48,
+    dtype: RecordDtype = "float32",
+    kv_sidecar: RecordKvSidecar = False,
+    state_dir: RecordStateDir = None,
+    engine: RecordEngine = "auto",
+    server: RecordServer = None,
+    concurrency: RecordConcurrency = 1,
+    agent: RecordAgent = None,
+    serve: RecordServe = None,
+    k: RecordK = 5,
+    serve_control: RecordServeControl = Path(DEFAULT_CONTROL_FILE),
+    agent_timeout: RecordAgentTimeout = None,
+    max_response_mb: RecordMaxResponseMb = 4.0,
+    max_bundle_mb: RecordMaxBundleMb = 512.0,
+    keep_state: RecordKeepState = False,
+    hint: RecordHint = False,
+    force: RecordForce = False,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
 
@@ -230,6 +267,7 @@ def record(
             state_dir=state_dir,
             force=force,
             keep_state=keep_state,
+            hint=hint,
             bounds=Bounds(
                 call_s=agent_timeout if agent_timeout is not None else Bounds().call_s,
                 response_bytes=int(max_response_mb * (1 << 20)),
@@ -551,64 +589,93 @@ def schema(
         _say(out, f"wrote {out_path}")
 
 
+# audit's options, one alias each (the command's signature stays readable)
+AuditBundlePath = Annotated[
+    Path, typer.Argument(help="A recorded bundle (methods are applied first) or one unlearn produced.")
+]
+AuditMethod = Annotated[
+    list[str], typer.Option("--method", "-m", help="Methods to audit (comma list, repeated, or 'all').")
+]
+AuditFloor = Annotated[
+    bool,
+    typer.Option("--floor/--no-floor", help="Measure against the B5 floor (B5 is added if missing)."),
+]
+AuditK = Annotated[int, typer.Option(min=1, help="Samples per state for Leak@k and the distribution audit.")]
+AuditTemperature = Annotated[float, typer.Option(min=0.0, help="Sampling temperature of those samples.")]
+AuditMaxTokens = Annotated[int, typer.Option(min=1, help="Tokens per probe answer / sample.")]
+AuditMargin = Annotated[
+    float,
+    typer.Option(
+        min=0.0, help="How close to the floor a method must be shown to be (a floor rule's upper bound)."
+    ),
+]
+AuditAlpha = Annotated[
+    float,
+    typer.Option(
+        min=0.0001, max=0.5, help="One-sided significance of the gates' tests and confidence bounds."
+    ),
+]
+AuditOnInconclusive = Annotated[
+    str,
+    typer.Option(
+        help="fail (exit 4, the default: add sessions to decide) or pass (accept an undecided rule, "
+        "explicitly)."
+    ),
+]
+AuditSeed = Annotated[int, typer.Option(help="Seed the sample seeds derive from (recorded in the report).")]
+AuditGate = Annotated[
+    list[str] | None,
+    typer.Option(help="Rule METHOD[.SUITE].METRIC OP VALUE|floor, e.g. 'b7.leak_probes<=floor'; repeatable."),
+]
+AuditJsonPath = Annotated[Path | None, typer.Option("--json", help="Write the report (eu-audit/audit@1).")]
+AuditJunitPath = Annotated[
+    Path | None, typer.Option("--junit", help="Write JUnit XML (method x suite x audit).")
+]
+AuditStatesOut = Annotated[
+    Path | None,
+    typer.Option(help="Where the post-forget states go (default: <input>.audit-states.jsonl)."),
+]
+AuditRowsPath = Annotated[
+    Path | None,
+    typer.Option(
+        "--rows", help="Write one row per session x method with every metric, as Parquet (a data set)."
+    ),
+]
+AuditServing = Annotated[
+    bool,
+    typer.Option(
+        "--serving",
+        help="Also measure serving-layer residue on a served engine: serving.residual_cached_tokens "
+        "(the prefix that carried z, still cached) and serving.reset_effective (after the "
+        "server's own reset).",
+    ),
+]
+AuditServer = Annotated[
+    str | None, typer.Option(help="For a bundle recorded on --engine openai: the server (overrides).")
+]
+AuditForce = Annotated[bool, typer.Option(help="Replace existing --json, --junit and --rows files.")]
+
+
 @app.command()
 def audit(
-    bundle_path: Annotated[
-        Path, typer.Argument(help="A recorded bundle (methods are applied first) or one unlearn produced.")
-    ],
-    method: Annotated[
-        list[str], typer.Option("--method", "-m", help="Methods to audit (comma list, repeated, or 'all').")
-    ] = ["all"],  # noqa: B006 - typer reads the default
-    floor: Annotated[
-        bool,
-        typer.Option("--floor/--no-floor", help="Measure against the B5 floor (B5 is added if missing)."),
-    ] = True,
-    k: Annotated[
-        int, typer.Option(min=1, help="Samples per state for Leak@k and the distribution audit.")
-    ] = 5,
-    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature of those samples.")] = 0.7,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens per probe answer / sample.")] = 32,
-    margin: Annotated[
-        float, typer.Option(min=0.0, help="Equivalence margin: TOST, JUnit pass and the verdicts use it.")
-    ] = 0.1,
-    seed: Annotated[
-        int, typer.Option(help="Seed the sample seeds derive from (recorded in the report).")
-    ] = 0,
-    gate: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Rule METHOD[.SUITE].METRIC OP VALUE|floor, e.g. 'b7.leak_probes<=floor'; repeatable."
-        ),
-    ] = None,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the report (eu-audit/audit@1).")
-    ] = None,
-    junit_path: Annotated[
-        Path | None, typer.Option("--junit", help="Write JUnit XML (method x suite x audit).")
-    ] = None,
-    states_out: Annotated[
-        Path | None,
-        typer.Option(help="Where the post-forget states go (default: <input>.audit-states.jsonl)."),
-    ] = None,
-    rows_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--rows", help="Write one row per session x method with every metric, as Parquet (a data set)."
-        ),
-    ] = None,
-    serving: Annotated[
-        bool,
-        typer.Option(
-            "--serving",
-            help="Also measure serving-layer residue on a served engine: serving.residual_cached_tokens "
-            "(the prefix that carried z, still cached) and serving.reset_effective (after the "
-            "server's own reset).",
-        ),
-    ] = False,
-    server: Annotated[
-        str | None, typer.Option(help="For a bundle recorded on --engine openai: the server (overrides).")
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Replace existing --json, --junit and --rows files.")] = False,
+    bundle_path: AuditBundlePath,
+    method: AuditMethod = ["all"],  # noqa: B006 - typer reads the default
+    floor: AuditFloor = True,
+    k: AuditK = 5,
+    temperature: AuditTemperature = 0.7,
+    max_tokens: AuditMaxTokens = 32,
+    margin: AuditMargin = 0.1,
+    alpha: AuditAlpha = 0.05,
+    on_inconclusive: AuditOnInconclusive = "fail",
+    seed: AuditSeed = 0,
+    gate: AuditGate = None,
+    json_path: AuditJsonPath = None,
+    junit_path: AuditJunitPath = None,
+    states_out: AuditStatesOut = None,
+    rows_path: AuditRowsPath = None,
+    serving: AuditServing = False,
+    server: AuditServer = None,
+    force: AuditForce = False,
 ) -> None:
     """Audit forgetting: Leak@probes, Leak@k, behavioral extraction, CAD, utility and the distribution
     under sampling, each next to the B5 floor, with paired statistics; exit 1 when a --gate fails.
@@ -617,7 +684,13 @@ def audit(
     and [bold]--k[/] (samples per state). A long audit keeps each finished state in
     <states>.audit-progress.jsonl: run the same command again after an interruption and it resumes.
 
-    Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed.
+    Each --gate is held, failed or inconclusive: against the floor, failed when the method is
+    significantly worse (one-sided exact McNemar / Wilcoxon at --alpha), held when the upper confidence
+    bound of its difference is within --margin, inconclusive otherwise (with the n that would decide);
+    X==0 on a residue or leak is a fact: one session with z fails it. `eu-audit power` sizes a run.
+
+    Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed,
+    4 no gate failed but one is inconclusive (add sessions; --on-inconclusive pass accepts it).
 
     Example:
 
@@ -625,9 +698,11 @@ def audit(
     """
     from eu_audit.audit import AuditOptions, audit_plan
     from eu_audit.audit import audit as run_audit
-    from eu_audit.gate import check_rules, evaluate
+    from eu_audit.gate import check_rules, evaluate, exit_code
     from eu_audit.jsonl import check_output_path
 
+    if on_inconclusive not in ("fail", "pass"):
+        raise BadInput(f"--on-inconclusive must be fail or pass, not {on_inconclusive!r}")
     for path in (json_path, junit_path, rows_path):
         if path is not None:
             check_output_path(path, force=force)  # refused now, not after hours of compute
@@ -640,6 +715,7 @@ def audit(
         temperature=temperature,
         max_tokens=max_tokens,
         margin=margin,
+        alpha=alpha,
         seed=seed,
         unlearned_out=states_out,
         serving=serving,
@@ -653,8 +729,74 @@ def audit(
     rep.gates = evaluate(rep, gate or [])
     _print_audit(rep)
     _write_audit(rep, json_path, junit_path, rows_path)
-    if any(not g.held for g in rep.gates):
-        raise typer.Exit(1)
+    code = exit_code(rep.gates, inconclusive_passes=on_inconclusive == "pass")
+    if code == 4:
+        _say(err, "no rule failed, but some are inconclusive at this n: add sessions (exit 4), see above")
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def power(
+    pilot: Annotated[
+        Path | None, typer.Argument(help="A pilot audit's --json report (its per-session rows are used).")
+    ] = None,
+    gate: Annotated[
+        list[str] | None,
+        typer.Option(help="Rules to size (default: the pilot's gates, else every method's floor rules)."),
+    ] = None,
+    worse_share: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Without a pilot: the share of sessions where the method is worse than the floor (0 for a "
+            "forget as good as the reference); prints the n a 0/1 floor rule needs to hold.",
+        ),
+    ] = None,
+    margin: Annotated[float, typer.Option(min=0.0, help="The gate's margin.")] = 0.1,
+    alpha: Annotated[float, typer.Option(min=0.0001, max=0.5, help="The gate's one-sided alpha.")] = 0.05,
+) -> None:
+    """How many sessions a decisive verdict needs: for each rule, its outcome on the pilot and the n at
+    which, at the pilot's observed rates, it would be held (or shown failed). Size a CI job before it runs.
+
+    Examples:
+
+    [bold]eu-audit power pilot.json[/]   [bold]eu-audit power --worse-share 0 --margin 0.1[/]
+    """
+    from eu_audit.verdict import n_for_share
+
+    if pilot is None:
+        if worse_share is None:
+            raise BadInput("give a pilot audit JSON, or --worse-share")
+        need = n_for_share(worse_share, margin, alpha)
+        _say(
+            out,
+            f"a 0/1 rule against the floor, the method worse in {worse_share:.0%} of sessions: "
+            + (f"n >= {need} sessions to hold within margin {margin} at alpha {alpha}" if need else
+               f"no n holds it: {worse_share:.0%} is not within the margin {margin}"),
+        )  # fmt: skip
+        return
+    from eu_audit.audits.model import AuditReport
+    from eu_audit.gate import check_rules, default_rules, evaluate
+
+    try:
+        rep = AuditReport.model_validate_json(pilot.read_bytes())
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror}", path=str(pilot)) from None
+    except ValueError as exc:
+        raise BadInput(
+            f"not an eu-audit audit report ({str(exc).splitlines()[0]})", path=str(pilot)
+        ) from None
+    rules = gate or [g.rule for g in rep.gates if g.rule != "no errored states"] or default_rules(rep)
+    check_rules(rules, rep.methods, rep.suites)
+    table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))
+    for col in ("rule", "now", "n now", "n that would decide", "test"):
+        table.add_column(col)
+    for g in evaluate(rep, rules, alpha=alpha, margin=margin):
+        decide = "-" if g.outcome != "inconclusive" else (str(g.n_needed) if g.n_needed else "none")
+        table.add_row(Text(g.rule), g.outcome, str(g.n), decide, Text(g.test))
+    out.print(table)
 
 
 def _print_audit(rep: object) -> None:
@@ -666,9 +808,14 @@ def _print_audit(rep: object) -> None:
         out.print(t)
     for line in summary_lines(rep):
         _say(out, line)
+    styles = {
+        "held": ("held", "green"),
+        "failed": ("FAILED", "bold red"),
+        "inconclusive": ("INCONCLUSIVE", "yellow"),
+    }
     for g in rep.gates:
-        mark = Text("held", style="green") if g.held else Text("FAILED", style="bold red")
-        _say(out, f"gate {g.rule}: ", mark, f"  ({g.detail})")
+        word, style = styles[g.outcome]
+        _say(out, Text(f"gate {g.rule}: "), Text(word, style=style), Text(f"  ({g.detail}; {g.test})"))
 
 
 def _write_audit(
@@ -1056,7 +1203,8 @@ def _fail(exc: BaseException, message: str, code: int) -> None:
 
 
 def main() -> None:
-    """Run the CLI under the one exit-code contract: 0 ok, 1 a gate failed, 2 bad input, 3 run failed.
+    """Run the CLI under the one exit-code contract: 0 ok, 1 a gate failed, 2 bad input, 3 run failed,
+    4 a gate is inconclusive.
     Nothing else leaves this function: an unexpected error is a failed run (3), one line, and its
     traceback with --debug or EU_AUDIT_DEBUG=1."""
     interrupt_on_sigterm()  # a kill unwinds like ^C, so no temporary file is left behind
@@ -1068,14 +1216,14 @@ def main() -> None:
         _fail(exc, "interrupted; outputs are written atomically, so nothing half-written was left", 3)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 3
-        sys.exit(code if code in (0, 1, 2, 3) else 3)
+        sys.exit(code if code in EXIT_CODES else 3)
     except Exception as exc:
         # Usage errors (typer vendors click: match by shape, not by class path).
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(2)
         _fail(exc, f"the run failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 3)
-    sys.exit(rc if isinstance(rc, int) and rc in (0, 1, 2, 3) else 0)
+    sys.exit(rc if isinstance(rc, int) and rc in EXIT_CODES else 0)
 
 
 if __name__ == "__main__":

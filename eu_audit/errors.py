@@ -1,6 +1,7 @@
 """Error types that carry the CLI's exit-code contract.
 
-0 ran and every gate held; 1 ran and a gate failed; 2 bad input or usage; 3 the run itself failed.
+0 ran and every gate held; 1 ran and a gate failed; 2 bad input or usage; 3 the run itself failed;
+4 ran, no gate failed, but one is inconclusive at this n (more sessions would decide).
 Library code raises these; the CLI turns them into one clear message and the matching exit code,
 never a traceback for a user mistake.
 """

@@ -1,31 +1,22 @@
 """CI gates over an audit: ``b7.leak_probes<=floor``, ``b7.cad==0``, ``b7.agentdojo.agreement>=0.99``.
 
-A rule is ``METHOD[.SUITE].METRIC OP VALUE`` with OP one of ``<= >= == != < >`` and VALUE a number or
-``floor`` (B5's value on the same suite). Without a suite the rule reads the pooled cell (suite "all").
-Gates fail closed: a missing value fails the rule, and an errored state fails the run.
+A rule is ``METHOD[.SUITE].METRIC OP VALUE`` with OP one of ``<= >= == < >`` and VALUE a number or
+``floor`` (B5's value, paired by session). Without a suite the rule reads every session. Each rule's
+verdict is held, failed or inconclusive (``eu_audit.verdict``); gates fail closed: a value that could not
+be measured fails the rule, and an errored state fails the run.
 """
 
 from __future__ import annotations
 
-import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eu_audit.audits.metric import METRICS
-from eu_audit.audits.model import AuditReport, GateResult
+from eu_audit.audits.metric import METRICS, junit_metrics
+from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.errors import BadInput
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    ">": operator.gt,
-}
-_RULE = re.compile(r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|!=|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$")
-_TOL = 1e-9
+_RULE = re.compile(r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -67,36 +58,63 @@ def check_rules(
     return parsed
 
 
-def evaluate(report: AuditReport, rules: Sequence[str]) -> list[GateResult]:
-    parsed = [parse_rule(r) for r in rules]
-    results = []
-    for r in parsed:
-        cell = next((c for c in report.cells if c.method == r.method and c.suite == r.suite), None)
-        if cell is None:
-            results.append(GateResult(rule=r.text, held=False, detail=f"no audit of {r.method} on {r.suite}"))
-            continue
-        value = cell.values.get(r.metric)
-        if r.rhs == "floor" and not report.floor:
-            results.append(
-                GateResult(rule=r.text, held=False, detail="not measured: the audit ran without the floor")
-            )
-            continue
-        rhs = cell.floor.get(r.metric) if r.rhs == "floor" else float(r.rhs)
-        if value is None or rhs is None:
-            why = cell.unmeasured.get(r.metric, "no value")
-            results.append(GateResult(rule=r.text, held=False, detail=f"{r.metric}: {why} (fails closed)"))
-            continue
-        held = _OPS[r.op](value, rhs) or (r.op in ("<=", ">=", "==") and abs(value - rhs) <= _TOL)
-        detail = f"{r.method}.{r.suite}.{r.metric} = {value:.4g} {r.op} {rhs:.4g}" + (
-            " (floor)" if r.rhs == "floor" else ""
-        )
-        results.append(GateResult(rule=r.text, held=held, detail=detail))
+def evaluate(
+    report: AuditReport, rules: Sequence[str], *, alpha: float | None = None, margin: float | None = None
+) -> list[GateResult]:
+    """Each rule's verdict (``eu_audit.verdict``), and a failed pseudo-rule when a state errored."""
+    from eu_audit.verdict import decide
+
+    a = report.alpha if alpha is None else alpha
+    m = report.margin if margin is None else margin
+    results = [decide(report, r, alpha=a, margin=m) for r in (parse_rule(x) for x in rules)]
     if report.errors:
         results.append(
             GateResult(
                 rule="no errored states",
-                held=False,
+                outcome="failed",
                 detail=f"{report.errors} state(s) errored; an error is a failure, never skipped",
             )
         )
     return results
+
+
+def exit_code(results: Sequence[GateResult], *, inconclusive_passes: bool = False) -> int:
+    """0 every rule held; 1 a rule failed; 4 none failed but one is inconclusive (more sessions would
+    decide it), unless the team accepts that explicitly."""
+    if any(g.outcome == "failed" for g in results):
+        return 1
+    if any(g.outcome == "inconclusive" for g in results) and not inconclusive_passes:
+        return 4
+    return 0
+
+
+def default_rules(report: AuditReport, suites: Sequence[str] | None = None) -> list[str]:
+    """The rules a method is held to when the user names none: each JUnit metric of each method against
+    the floor, per suite, where that method's states measured it at all. A metric no state of the method
+    can measure (token agreement for a black-box agent) is left out: it is listed as not measured,
+    never a failure of every such agent nor a silent hold."""
+    out = []
+    for method in report.methods:
+        if method in (FLOOR, SERVING):
+            continue
+        for suite in suites if suites is not None else report.suites:
+            states = [s for s in report.states if s.method == method and suite in ("all", s.suite)]
+            for m in junit_metrics():
+                if any(s.values.get(m.name) is not None for s in states):
+                    out.append(f"{method}.{suite}.{m.name}{'<=' if m.direction == 'low' else '>='}floor")
+    return out
+
+
+def not_measured(report: AuditReport) -> list[tuple[str, str, str]]:
+    """(method, metric, why) for the JUnit metrics a method's states could not measure at all."""
+    out = []
+    for method in report.methods:
+        if method in (FLOOR, SERVING):
+            continue
+        states = [s for s in report.states if s.method == method and not s.error]
+        for m in junit_metrics():
+            if states and all(s.values.get(m.name) is None for s in states):
+                why = sorted({s.unmeasured[m.name] for s in states if m.name in s.unmeasured})
+                if why:
+                    out.append((method, m.name, "; ".join(why)))
+    return out

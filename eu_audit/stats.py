@@ -4,7 +4,8 @@ Every comparison is paired: the same sessions under a method and under the B5 re
 - binary outcomes (leaked or not): exact McNemar on the discordant pairs;
 - continuous outcomes (CAD, avoid rate, utility): Wilcoxon signed-rank;
 - equivalence within a margin the user gives (the paper leaves it as future work): TOST on the paired
-  differences. A small p says "equivalent within +-margin".
+  differences. A small p says "equivalent within +-margin"; with no variance there is no TOST.
+Gate verdicts (held / failed / inconclusive) are decided in ``eu_audit.verdict``.
 """
 
 from __future__ import annotations
@@ -48,14 +49,15 @@ def wilcoxon_paired(method: Sequence[float], reference: Sequence[float]) -> floa
     return float(wilcoxon(diffs).pvalue)
 
 
-def tost_paired(method: Sequence[float], reference: Sequence[float], margin: float) -> float:
-    """p of the paired TOST for |mean difference| < margin. With zero variance in the differences the
-    test is decided exactly: p = 0 inside the margin, 1 outside."""
+def tost_paired(method: Sequence[float], reference: Sequence[float], margin: float) -> float | None:
+    """p of the paired TOST for |mean difference| < margin; None where the test cannot be computed (fewer
+    than two sessions, or the same difference in every session). Equal in all n sessions is not a p of 0:
+    it is "equal in all n sessions", and what that shows depends on n (``eu_audit.verdict`` bounds it)."""
     from statsmodels.stats.weightstats import ttost_paired
 
     diffs = [a - b for a, b in zip(method, reference, strict=True)]
     if len(diffs) < 2 or len(set(diffs)) == 1:
-        return 0.0 if diffs and abs(diffs[0]) < margin else 1.0
+        return None
     p = float(ttost_paired(np.asarray(method, float), np.asarray(reference, float), -margin, margin)[0])
     return 1.0 if math.isnan(p) else p
 

@@ -99,3 +99,58 @@ def forging() -> ForgingAgent:
     agent = ForgingAgent()
     AGENTS.append(agent)
     return agent
+
+
+class NotebookAgent:
+    """No model: it writes every message it gets into a notebook (one per tenant) and answers each message
+    with its whole notebook, so whatever it still holds shows in every answer and in its dump. Its forget
+    either removes every note that carries a variant of the target (``thorough``) or nothing at all."""
+
+    def __init__(self, thorough: bool) -> None:
+        self.thorough = thorough
+        self.notes: dict[str, list[str]] = {}
+        self.tenant_of: dict[str, str] = {}
+        self.ids = count()
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(name="notebook", memory_inject=True, store_dump=True)
+
+    def _answer(self, tenant: str) -> Turn:
+        return Turn(text="Noted. I know: " + " | ".join(self.notes[tenant]))
+
+    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
+        sid = f"{tenant}-{next(self.ids)}"
+        self.tenant_of[sid] = tenant
+        self.notes.setdefault(tenant, [])
+        return sid
+
+    def send(self, session_id: str, message: Message) -> Turn:
+        tenant = self.tenant_of[session_id]
+        self.notes[tenant].append(message.content)
+        return self._answer(tenant)
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
+        self.notes.setdefault(tenant, []).append(record.text)
+        return Turn(text="")
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        if self.thorough:
+            variants = [v.lower() for v in [request.target, *request.variants]]
+            self.notes[tenant] = [n for n in self.notes[tenant] if not any(v in n.lower() for v in variants)]
+        return ForgetReceipt(status="ok")
+
+    def reset(self, tenant: str) -> None:
+        self.notes[tenant] = []
+
+    def dump(self, tenant: str) -> StoreDump:
+        from eu_audit.blackbox.contract import StoredItem
+
+        return StoreDump(items=[StoredItem(store="notes", text=t) for t in self.notes.get(tenant, [])])
+
+
+def thorough() -> NotebookAgent:
+    return NotebookAgent(thorough=True)
+
+
+def naive() -> NotebookAgent:
+    return NotebookAgent(thorough=False)

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -73,14 +74,23 @@ def test_an_agent_whose_forget_is_selective_replay_passes_the_gate_at_the_floor(
         bundle = tmp_path / "bb.jsonl"
         proc = run_cli(
             "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
-            "--suite", "builtin", "--out", str(bundle),
+            "--suite", "builtin", "--out", str(bundle), "--hint",
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = run_cli(
         "audit", str(bundle), *GATES, "--json", str(tmp_path / "a.json"), "--junit", str(tmp_path / "a.xml")
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # two sessions cannot show a behavioral rule held: inconclusive (exit 4), while the residue facts hold
+    assert proc.returncode == 4, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "a.json").read_text())
+    outcome = {g["rule"]: g["outcome"] for g in report["gates"]}
+    assert outcome["agent.residue_context==0"] == outcome["agent.residue_store==0"] == "held"
+    assert outcome["agent.leak_probes<=floor"] == "inconclusive"
+    leak = next(g for g in report["gates"] if g["rule"] == "agent.leak_probes<=floor")
+    assert leak["n"] == 2 and leak["n_needed"] == 29
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "a.xml").iter("testcase")}
+    assert cases["leak_probes"].find("failure").get("type") == "inconclusive"  # type: ignore[union-attr]
+    assert cases["residue_store"].find("failure") is None
     agent_states = [s for s in report["states"] if s["method"] == "agent"]
     floor = {s["session_id"]: s for s in report["states"] if s["method"] == "b5"}
     for st in agent_states:  # the replayed agent answers every probe and sample as the reference tenant

@@ -41,9 +41,10 @@ def test_tost_matches_the_two_one_sided_t_tests_by_hand() -> None:
     assert tost_paired(method, floor, margin) == pytest.approx(max(lower, upper))
 
 
-def test_tost_with_constant_differences_is_decided_exactly() -> None:
-    assert tost_paired([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0.05) == 0.0  # identical: equivalent
-    assert tost_paired([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], 0.3) == 1.0  # a constant gap beyond the margin
+def test_equal_at_n_1_is_never_equivalence_and_constant_differences_have_no_tost() -> None:
+    assert tost_paired([0.0], [0.0], 0.05) is None  # one identical pair: no evidence of equivalence
+    assert tost_paired([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0.05) is None  # "equal in all 3", not p = 0
+    assert tost_paired([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], 0.3) is None
 
 
 def test_significance_marks() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from eu_audit import __version__
 
@@ -48,6 +48,9 @@ class StateAudit(BaseModel):
     floor_sample_ids: list[list[int]] = Field(default_factory=list)
     #: seconds this state's audit took (kept across a resume, so a resumed report still costs it)
     audit_s: float | None = None
+    #: sha256 of the state itself (the cache's token ids and the memory store): equal digests are the
+    #: same state, which on an exact engine decides a floor rule by equality (``eu_audit.verdict``)
+    state_digest: str | None = None
 
 
 class Cell(BaseModel):
@@ -64,10 +67,33 @@ class Cell(BaseModel):
     unmeasured: dict[str, str] = Field(default_factory=dict)  # metric -> reason, when no state measured it
 
 
+Outcome = Literal["held", "failed", "inconclusive"]
+
+
 class GateResult(BaseModel):
+    """One rule's verdict (``eu_audit.verdict``): what the summary, JSON, JUnit and exit code all read."""
+
     rule: str
-    held: bool
+    outcome: Outcome
     detail: str
+    test: str = ""  # what decided it: a fact, equality, a bound, a test
+    n: int = 0  # sessions behind it
+    p: float | None = None  # one-sided p that the method is worse than the reference
+    interval: tuple[float | None, float | None] | None = None  # bound(s) of the mean worse-difference
+    n_needed: int | None = None  # inconclusive: the n that would decide at the observed rates
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def held(self) -> bool:
+        return self.outcome == "held"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_two_outcomes(cls, data: Any) -> Any:
+        """A report written before verdicts had three outcomes said only held or not."""
+        if isinstance(data, dict) and "outcome" not in data and "held" in data:
+            data = {**data, "outcome": "held" if data["held"] else "failed"}
+        return data
 
 
 class AuditReport(BaseModel):
@@ -84,6 +110,7 @@ class AuditReport(BaseModel):
     k: int
     temperature: float
     margin: float
+    alpha: float = 0.05  # the gates' significance level (one-sided)
     floor: bool = True  # measured against the B5 floor; without it, floor comparisons are not measured
     methods: list[str]
     suites: list[str]

@@ -11,8 +11,9 @@ import xml.etree.ElementTree as ET
 from rich.table import Table
 from rich.text import Text
 
-from eu_audit.audits.metric import TABLE_TITLES, Metric, junit_metrics, table_metrics
+from eu_audit.audits.metric import TABLE_TITLES, Metric, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell
+from eu_audit.errors import BadInput
 from eu_audit.stats import stars
 
 CAPTION = "* p<0.05, ** p<0.01 vs the B5 floor (McNemar exact / Wilcoxon, paired)"
@@ -70,9 +71,18 @@ def tables(report: AuditReport) -> list[Table]:
     return out
 
 
+#: which default rules, failed, put a method in which group of the summary
+SAYS = ("leak_any", "leak5")
+BEHAVES = ("leak_probes", "cad", "avoid")
+KEEPS = ("residue_context", "residue_store")
+
+
 def verdicts(report: AuditReport) -> dict[str, str]:
-    """method -> forgets / only stops saying / still leaks, from the pooled cell against the floor.
-    Without a floor nothing is compared: every method is "not measured (no floor)", never "forgets"."""
+    """method -> forgets / only stops saying / still leaks / still holds the target / not shown at this n,
+    from its default rules' verdicts on all sessions (``gate.default_rules``): "forgets" only when every
+    rule held with evidence. Without a floor nothing is compared: "not measured (no floor)"."""
+    from eu_audit.gate import default_rules, evaluate, parse_rule
+
     out = {}
     for method in report.methods:
         if method in (FLOOR, SERVING):
@@ -84,21 +94,20 @@ def verdicts(report: AuditReport) -> dict[str, str]:
         if not report.floor:
             out[method] = "not measured (no floor)"
             continue
-
-        def above(metric: str, cell: Cell = c) -> bool:
-            v, f = cell.values.get(metric), cell.floor.get(metric)
-            return v is not None and f is not None and v > f + report.margin
-
-        says = above("leak_any") or above("leak5")
-        behaves = above("leak_probes") or above("cad") or above("avoid")
-        keeps = above("residue_context") or above("residue_store")
+        rules = [r for r in default_rules(report, ["all"]) if r.startswith(f"{method}.")]
+        got = {parse_rule(g.rule).metric: g.outcome for g in evaluate(report, rules)}
+        failed = {m for m, o in got.items() if o == "failed"}
         out[method] = (
             "still leaks"
-            if says
+            if failed & set(SAYS)
             else "only stops saying"
-            if behaves
+            if failed & set(BEHAVES)
             else "still holds the target"
-            if keeps
+            if failed & set(KEEPS)
+            else "fails another rule"
+            if failed
+            else "not shown at this n"
+            if any(o == "inconclusive" for o in got.values()) or not got
             else "forgets"
         )
     return out
@@ -116,8 +125,16 @@ def summary_lines(report: AuditReport) -> list[str]:
     ]
     if groups.get("forgets"):
         lines.append(
-            f"Forget (at the B5 floor on leakage, probes, CAD and behavior): {', '.join(groups['forgets'])}."
+            "Forget (every rule against the B5 floor held with evidence: leakage, probes, CAD, behavior, "
+            f"residue where measured): {', '.join(groups['forgets'])}."
         )
+    if groups.get("not shown at this n"):
+        lines.append(
+            "Not shown to forget at this n (no rule failed, some are inconclusive; more sessions would "
+            f"decide): {', '.join(groups['not shown at this n'])}."
+        )
+    if groups.get("fails another rule"):
+        lines.append(f"Fail a rule against the floor: {', '.join(groups['fails another rule'])}.")
     if groups.get("only stops saying"):
         lines.append(
             "Only stop saying (no string leak, but probes, actions or choices still differ from B5): "
@@ -128,10 +145,12 @@ def summary_lines(report: AuditReport) -> list[str]:
         lines.append(f"Still leak the target in what they say or do: {', '.join(groups['still leaks'])}.")
     if groups.get("still holds the target"):
         lines.append(
-            "Say nothing of it, but still hold the target where the next turn reads it (prompts, store): "
-            + ", ".join(groups["still holds the target"])
-            + "."
+            "Say nothing of it, but still hold the target (in prompts after the forget, or in the store "
+            "dump; where, below): " + ", ".join(groups["still holds the target"]) + "."
         )
+    hint = report.engine_facts.get("forget_hint")
+    if hint:
+        lines.append(f"The forget was sent the flagged observation's {hint}.")
     lines += residue_lines(report)
     if groups.get("not measured (no floor)"):
         lines.append(
@@ -211,38 +230,44 @@ def residue_lines(report: AuditReport) -> list[str]:
 
 
 def junit_xml(report: AuditReport) -> str:
-    """One test case per method x suite x audit: it passes when the method is at the floor (within the
-    margin, in the audit's good direction). An errored state is an error, never a skip; a comparison
-    that could not be made (no floor, an unmeasurable audit) fails."""
-    suites = ET.Element("testsuites", name="eu-audit")
-    for suite in report.suites:
-        ts = ET.SubElement(suites, "testsuite", name=f"eu-audit.{suite}")
-        n = fails = errs = 0
-        for method in report.methods:
-            c = report.cell(method, suite)
-            if c is None or method in (FLOOR, SERVING):
-                continue
-            for metric in junit_metrics():
-                v, f = c.values.get(metric.name), c.floor.get(metric.name)
-                if v is None and not c.errors and metric.name not in c.unmeasured:
-                    continue  # the audit does not apply to this suite
-                n += 1
-                tc = ET.SubElement(ts, "testcase", classname=f"{suite}.{method}", name=metric.name)
-                if c.errors:
-                    errs += 1
-                    ET.SubElement(tc, "error", message=f"{c.errors} errored state(s)")
-                    continue
-                why = None
-                if v is None:
-                    why = c.unmeasured.get(metric.name, "no value")
-                elif not report.floor or f is None:
-                    why = "not measured: no B5 floor to compare with"
-                elif not metric.at_floor(v, f, report.margin):
-                    why = f"{metric.name} = {v:.4g}, floor {f:.4g} (margin {report.margin})"
-                if why is not None:
-                    fails += 1
-                    ET.SubElement(tc, "failure", message=why)
+    """One test case per rule verdict: the gates when the audit had any, else each method's default rules
+    against the floor (``gate.default_rules``). Held passes; failed is a failure; inconclusive is a failure
+    of type ``inconclusive`` whose message says what n would decide it; an errored state is an error.
+    Metrics a kind of agent cannot be measured on are not cases: they are listed in system-out."""
+    from eu_audit.gate import default_rules, evaluate, not_measured, parse_rule
+
+    verdicts = report.gates or evaluate(report, default_rules(report))
+    root = ET.Element("testsuites", name="eu-audit")
+    by_suite: dict[str, ET.Element] = {}
+    counts: dict[str, list[int]] = {}
+    for g in verdicts:
+        try:
+            rule = parse_rule(g.rule)
+            suite, classname, name = rule.suite, f"{rule.suite}.{rule.method}", rule.metric
+        except BadInput:  # the errored-states pseudo-rule
+            suite, classname, name = "all", "all", g.rule
+        if suite not in by_suite:
+            by_suite[suite] = ET.SubElement(root, "testsuite", name=f"eu-audit.{suite}")
+            counts[suite] = [0, 0, 0]
+        tc = ET.SubElement(by_suite[suite], "testcase", classname=classname, name=name)
+        counts[suite][0] += 1
+        if g.outcome == "failed" and "errored" in g.detail:
+            counts[suite][2] += 1
+            ET.SubElement(tc, "error", message=g.detail)
+        elif g.outcome != "held":
+            counts[suite][1] += 1
+            ET.SubElement(tc, "failure", message=f"{g.detail} [{g.test}]", type=g.outcome)
+        else:
+            ET.SubElement(tc, "system-out").text = f"held: {g.detail} [{g.test}]"
+    for suite, ts in by_suite.items():
+        n, fails, errs = counts[suite]
         ts.set("tests", str(n))
         ts.set("failures", str(fails))
         ts.set("errors", str(errs))
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+    missing = not_measured(report)
+    if missing:
+        out = ET.SubElement(root, "system-out")
+        out.text = "not measured (no rule can hold on these): " + "; ".join(
+            f"{m}.{metric}: {why}" for m, metric, why in missing
+        )
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)

@@ -90,6 +90,7 @@ class AgentRecordOptions:
     force: bool = False
     serve_control: Path = Path(DEFAULT_CONTROL_FILE)  # where serve wrote its control secret
     keep_state: bool = False  # keep the state folder of a failed run
+    hint: bool = False  # send the sanitized text with the forget (the reference's input: see _hint)
     bounds: Bounds = field(default_factory=Bounds)
 
 
@@ -424,13 +425,19 @@ def _split(ep: Episode) -> tuple[list[tuple[int, Step]], list[tuple[int, Step]]]
     ]
 
 
-def _hint(ep: Episode, observed: dict[int, tuple[str, str | None]]) -> ForgetHint:
-    """The flagged observation as the agent received it and without z (the requester's knowledge)."""
+def _hint(ep: Episode, observed: dict[int, tuple[str, str | None]], sanitized: bool) -> ForgetHint:
+    """The flagged observation as the agent received it and, with ``sanitized`` (``--hint``), without z.
+    The sanitized text is exactly what the reference tenant was fed, so an agent that replays with it
+    matches the reference by construction: gates send it only when asked, and the bundle says so."""
     src = ep.steps[ep.tau - 1]
     if ep.tau in observed:  # a tool result: its text in both worlds, as the harness produced them
         text, cf = observed[ep.tau]
-        return ForgetHint(source_text=text, sanitized=cf)
-    return ForgetHint(source_text=src.content or None, sanitized=src.counterfactual)
+        return ForgetHint(source_text=text, sanitized=cf if sanitized else None)
+    return ForgetHint(source_text=src.content or None, sanitized=src.counterfactual if sanitized else None)
+
+
+def hint_sent(opts: AgentRecordOptions) -> str:
+    return "source text and its sanitized text (--hint)" if opts.hint else "source text only"
 
 
 def run_tenant(
@@ -454,7 +461,7 @@ def run_tenant(
     forgets: list[AgentForgetRecord] = []
     if method == "agent":
         request = ForgetRequest(
-            target=ep.target.value, variants=ep.target.variants, hint=_hint(ep, d.observed)
+            target=ep.target.value, variants=ep.target.variants, hint=_hint(ep, d.observed, opts.hint)
         )
         t0 = time.perf_counter()
         got = d.call(f"episode {ep.id}, {d.sid}, forget", lambda: agent.forget(tenant, request))
@@ -566,6 +573,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             "serve_info": info,
             "serve_log_digest": digest,
             "serve_control_key": serve.key,  # the key whose marks say which requests were post-forget
+            "forget_hint": hint_sent(opts),
             "k": opts.k,
             "temperature": opts.temperature,
         },

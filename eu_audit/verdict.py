@@ -1,0 +1,344 @@
+"""A gate rule's verdict, decided by the evidence: held, failed or inconclusive, with the n that would decide.
+
+A rule reads one metric of one method on one suite (``gate.Rule``), paired by session with the B5 floor
+(``<=floor``) or compared with a number. Three kinds:
+
+- **facts**, any rule against a number (``residue_store==0``, ``cad==0``, ``agreement>=0.99``): a
+  requirement on every session. One session that breaks it is a failure at any n (a history row holding
+  z is an observation, not a statistic); the rule holds when every session was observed and met it.
+- **against the floor**: the paired differences d = method - floor, oriented so that positive is worse.
+  *Failed* when the method is significantly worse than the floor at ``alpha`` (one-sided: exact McNemar,
+  i.e. a binomial test on the discordant pairs, for a 0/1 metric; Wilcoxon signed-rank otherwise).
+  *Held* when, failing that, the one-sided upper confidence bound of the mean difference is within the
+  ``margin``. The bound is the smaller of two valid ones, each at ``alpha/2``: Clopper-Pearson on the
+  share of sessions where the method is worse (valid for metrics in [0, 1], since d <= 1) and the
+  one-sided t bound (n >= 2, differences not all equal). Equal in all n sessions is never a p of 0: with
+  no variance only Clopper-Pearson bounds the mean, and at n = 2 it cannot.
+
+Deterministic states hold on equality itself: on an exact engine (llama.cpp, hf), a state that is the
+floor's (the same cache token ids and memory, by digest, and the same answer to every probe and
+matched-seed sample) in every session is B5's state (B7 == B5), and the verdict says so. Otherwise
+*inconclusive*, with what would decide it: the n at which, at the observed rates, the bound would be
+within the margin.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from eu_audit.audits.metric import METRICS, Metric
+from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
+
+#: engines whose replays are exact (the canonical schedule): equal states there are a fact
+EXACT_ENGINES = ("llamacpp", "hf")
+DEFAULT_ALPHA = 0.05
+DEFAULT_MARGIN = 0.1
+MAX_N = 100_000
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A one-sided upper confidence bound of the mean worse-difference, and how it was computed."""
+
+    value: float
+    test: str
+
+
+def clopper_pearson_upper(k: int, n: int, alpha: float) -> float:
+    """One-sided upper bound of a proportion (statsmodels, exact beta)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    return float(proportion_confint(k, n, alpha=2 * alpha, method="beta")[1])
+
+
+def t_upper(ds: Sequence[float], alpha: float) -> float | None:
+    from scipy.stats import t
+
+    n = len(ds)
+    if n < 2:
+        return None
+    mean = sum(ds) / n
+    var = sum((d - mean) ** 2 for d in ds) / (n - 1)
+    if var == 0:
+        return None
+    return float(mean + t.ppf(1 - alpha, n - 1) * math.sqrt(var / n))
+
+
+def upper_bound(ds: Sequence[float], bounded: bool, alpha: float) -> Bound | None:
+    """The smaller of the valid bounds, each at alpha/2 when both exist (so the pair stays at alpha)."""
+    n = len(ds)
+    if n == 0:
+        return None
+    t_ok = t_upper(ds, alpha) is not None
+    each = alpha / 2 if (t_ok and bounded) else alpha
+    found = []
+    if bounded:
+        worse = sum(d > 0 for d in ds)
+        found.append(Bound(clopper_pearson_upper(worse, n, each), "Clopper-Pearson on sessions worse"))
+    t_bound = t_upper(ds, each)
+    if t_bound is not None:
+        found.append(Bound(t_bound, "one-sided t"))
+    return min(found, key=lambda b: b.value) if found else None
+
+
+def worse_p(ds: Sequence[float], binary: bool) -> float:
+    """One-sided p that the method is worse (d > 0): exact McNemar on discordant pairs for 0/1 outcomes,
+    Wilcoxon signed-rank otherwise (1.0 when no difference is non-zero)."""
+    from scipy.stats import binomtest, wilcoxon
+
+    pos, neg = sum(d > 0 for d in ds), sum(d < 0 for d in ds)
+    if pos == 0:
+        return 1.0
+    if binary:
+        return float(binomtest(pos, pos + neg, 0.5, alternative="greater").pvalue)
+    nonzero = [d for d in ds if d != 0]
+    return float(wilcoxon(nonzero, alternative="greater").pvalue)
+
+
+def n_to_hold(ds: Sequence[float], bounded: bool, alpha: float, margin: float) -> int | None:
+    """The smallest n at which, at the observed rates (the same share of worse sessions, mean and
+    spread), the bound would be within the margin; None when no n would (the observed mean is not)."""
+    n = len(ds)
+    if n == 0:
+        return None
+    mean = sum(ds) / n
+    if mean >= margin:
+        return None
+    share = sum(d > 0 for d in ds) / n
+    var = sum((d - mean) ** 2 for d in ds) / (n - 1) if n > 1 else 0.0
+
+    def holds(m: int) -> bool:
+        found = []
+        both = bounded and var > 0
+        each = alpha / 2 if both else alpha
+        if bounded:
+            found.append(clopper_pearson_upper(round(share * m), m, each))
+        if var > 0:
+            from scipy.stats import t
+
+            found.append(mean + float(t.ppf(1 - each, m - 1)) * math.sqrt(var / m))
+        return bool(found) and min(found) <= margin
+
+    lo, hi = max(n, 2), max(n, 2)
+    while not holds(hi):
+        if hi >= MAX_N:
+            return None
+        lo, hi = hi, min(hi * 2, MAX_N)
+    while lo < hi:  # the smallest n that holds, by bisection (the bound shrinks with n)
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def n_to_fail(ds: Sequence[float], binary: bool, alpha: float) -> int | None:
+    """The smallest n at which the same differences, repeated at their observed shares, would be
+    significantly worse (the test ``worse_p`` runs); None when the method is not worse on average."""
+    n = len(ds)
+    if n == 0 or sum(ds) <= 0:
+        return None
+
+    def fails(m: int) -> bool:
+        tiled = [ds[i % n] for i in range(m)]
+        return worse_p(tiled, binary) < alpha
+
+    lo, hi = n, n
+    while not fails(hi):
+        if hi >= MAX_N // 10:
+            return None
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fails(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": lambda a, b: a <= b + TOL,
+    ">=": lambda a, b: a >= b - TOL,
+    "==": lambda a, b: abs(a - b) <= TOL,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+TOL = 1e-9
+
+
+def is_fact(rhs: str) -> bool:
+    """A rule against a number is a requirement on every session (``residue_store==0``,
+    ``agreement>=0.99``); a rule against the floor is a comparison of two populations."""
+    return rhs != "floor"
+
+
+def _identical(a: StateAudit, b: StateAudit) -> bool:
+    """The same state (its cache's token ids and memory, by digest), answering every probe and
+    matched-seed sample the same. Probes alone could agree by chance while the states differ."""
+    return (
+        a.state_digest is not None
+        and a.state_digest == b.state_digest
+        and [p.text for p in a.probes] == [p.text for p in b.probes]
+        and a.samples == b.samples
+        and a.sample_ids == b.sample_ids
+    )
+
+
+class Rule(Protocol):
+    """What ``decide`` reads of a parsed gate rule (``gate.Rule``)."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def suite(self) -> str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def rhs(self) -> str: ...
+
+
+@dataclass
+class Evidence:
+    """One rule's per-session worse-differences (positive = worse than the reference)."""
+
+    ds: list[float]
+    values: list[float]  # the method's own values, session by session
+    sessions: int  # the method's sessions, measured or not
+    identical: bool  # every pair the same state token for token (floor rules)
+
+    @property
+    def missing(self) -> int:
+        return self.sessions - len(self.ds)
+
+
+def _result(rule: Rule, outcome: str, detail: str, **kw: object) -> GateResult:
+    return GateResult(rule=rule.text, outcome=outcome, detail=detail, **kw)  # type: ignore[arg-type]
+
+
+def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
+    """The rule's evidence, or the failed verdict when there is none to weigh (fails closed)."""
+    name = rule.metric
+    mine = [s for s in report.states if s.method == rule.method and rule.suite in ("all", s.suite)]
+    if not mine:
+        return _result(rule, "failed", f"no audit of {rule.method} on {rule.suite}")
+    errored = [s for s in mine if s.error]
+    if errored:
+        return _result(rule, "failed", f"{len(errored)} state(s) of {rule.method} errored: a failure")
+    if rule.rhs == "floor" and not report.floor:
+        return _result(rule, "failed", "not measured: the audit ran without the floor")
+    floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
+    measured = [s for s in mine if s.values.get(name) is not None]
+    if rule.rhs == "floor":  # a pair needs both sides
+        measured = [
+            s
+            for s in measured
+            if floor.get(s.session_id) and floor[s.session_id].values.get(name) is not None
+        ]
+    if not measured:
+        why = sorted({s.unmeasured[name] for s in mine if name in s.unmeasured}) or ["no value"]
+        return _result(rule, "failed", f"{name}: {'; '.join(why)} (fails closed: never a pass)")
+    sign = -1.0 if rule.op in (">=", ">") else 1.0
+
+    def reference(s: StateAudit) -> float:
+        return float(floor[s.session_id].values[name] or 0.0) if rule.rhs == "floor" else float(rule.rhs)
+
+    ds = [sign * (float(s.values[name] or 0.0) - reference(s)) for s in measured]
+    identical = all(s.session_id in floor and _identical(s, floor[s.session_id]) for s in measured)
+    return Evidence(ds, [float(s.values[name] or 0.0) for s in measured], len(mine), identical)
+
+
+def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> GateResult:
+    """The verdict of one parsed rule on a finished audit."""
+    ev = gather(report, rule)
+    if isinstance(ev, GateResult):
+        return ev
+    if is_fact(rule.rhs):
+        return _fact(rule, ev)
+    return _weigh(report, rule, METRICS.get(rule.metric), ev, alpha, margin)
+
+
+def _fact(rule: Rule, ev: Evidence) -> GateResult:
+    n = len(ev.ds)
+    broken = sum(not _OPS[rule.op](v, float(rule.rhs)) for v in ev.values)
+    test = "fact: every session observed"
+    if broken:
+        detail = (
+            f"{rule.metric} {rule.op} {rule.rhs} broken in {broken} of {n} session(s): an observation, "
+            "not a statistic"
+        )
+        return _result(rule, "failed", detail, test=test, n=n)
+    if ev.missing:
+        detail = f"met in all {n} measured session(s); {ev.missing} of {ev.sessions} not measured"
+        return _result(rule, "inconclusive", detail, test=test, n=n)
+    return _result(rule, "held", f"met in all {n} session(s), each observed", test=test, n=n)
+
+
+def _weigh(
+    report: AuditReport, rule: Rule, metric: Metric, ev: Evidence, alpha: float, margin: float
+) -> GateResult:
+    ds, n = ev.ds, len(ev.ds)
+    mean = sum(ds) / n
+    p = worse_p(ds, metric.binary)
+    against = "the floor" if rule.rhs == "floor" else rule.rhs
+    if p < alpha:
+        test = "exact McNemar (one-sided)" if metric.binary else "Wilcoxon signed-rank (one-sided)"
+        detail = f"worse than {against} by {mean:+.3g} on average, p = {p:.3g} < alpha {alpha} (n = {n})"
+        return _result(rule, "failed", detail, test=test, n=n, p=p)
+    tol = margin if rule.rhs == "floor" else 0.0
+    if ev.identical and not ev.missing and report.engine in EXACT_ENGINES and all(d <= 0 for d in ds):
+        detail = (
+            f"equal to the floor token for token in all {n} session(s) on an exact engine ({report.engine}): "
+            "the states are B5's, so equality itself decides"
+        )
+        return _result(rule, "held", detail, test="equality (deterministic states)", n=n, p=p)
+    bounded = metric.fmt == "rate"
+    bound = upper_bound(ds, bounded, alpha)
+    if bound is not None and bound.value <= tol and not ev.missing:
+        detail = (
+            f"mean difference {mean:+.3g}, upper {1 - alpha:.0%} bound {bound.value:.3g} <= margin {tol:g} "
+            f"(n = {n})"
+        )
+        return _result(rule, "held", detail, test=bound.test, n=n, p=p, interval=(None, bound.value))
+    need = n_to_hold(ds, bounded, alpha, tol)
+    if need is not None:
+        decide_by = f"at the observed rates n >= {need} would show it held"
+    else:
+        need = n_to_fail(ds, metric.binary, alpha)
+        decide_by = "at the observed rates it is not within the margin" + (
+            f": n >= {need} would show it failed" if need is not None else ""
+        )
+    gap = f"; {ev.missing} of {ev.sessions} session(s) not measured" if ev.missing else ""
+    shown = f"upper bound {bound.value:.3g}" if bound is not None else "no bound possible at this n"
+    return _result(
+        rule,
+        "inconclusive",
+        f"n = {n} session(s){gap}; mean difference {mean:+.3g}, {shown} vs margin {tol:g}; {decide_by}",
+        test=bound.test if bound is not None else "none possible at this n",
+        n=n,
+        p=p,
+        interval=None if bound is None else (None, bound.value),
+        n_needed=need,
+    )
+
+
+def n_for_share(worse_share: float, margin: float, alpha: float) -> int | None:
+    """Sessions a 0/1 floor rule needs to hold when the method is worse than the floor in this share of
+    sessions (0 for a forget as good as the reference): the Clopper-Pearson bound within the margin."""
+    if not 0 <= worse_share < margin:
+        return None
+    m = 1
+    while clopper_pearson_upper(round(worse_share * m), m, alpha) > margin:
+        m += 1
+        if m > MAX_N:
+            return None
+    return m

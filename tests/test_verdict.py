@@ -1,0 +1,126 @@
+"""A gate verdict is evidence: held, failed or inconclusive, with the n that would decide.
+
+Mechanics on scripted in-process agents (``tests/scripted_agents.py``: no model, seconds): a thorough
+forget is inconclusive at n = 2 (exit 4) and held at n = 30 (exit 0); a forget that deletes nothing fails
+its residue fact at n = 2 (exit 1) while its leak rules are still inconclusive. The statistics behind the
+verdicts are checked against known answers from the libraries' documentation and textbooks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.model import AuditReport
+from eu_audit.audits.output import junit_xml, summary_lines
+from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.gate import evaluate, exit_code
+from eu_audit.verdict import clopper_pearson_upper, n_for_share, t_upper, upper_bound, worse_p
+
+from .helpers import run_cli
+
+RULES = ["agent.leak_probes<=floor", "agent.leak_any<=floor", "agent.cad<=floor", "agent.residue_store==0"]
+
+
+def gate_run(tmp_path: Path, agent: str, n: int) -> tuple[Path, AuditReport]:
+    out = tmp_path / f"{agent}-{n}.jsonl"
+    record_agent(AgentRecordOptions(agent=f"tests.scripted_agents:{agent}", suite="builtin", n=n, out=out))
+    rep = audit(out, AuditOptions())
+    rep.gates = evaluate(rep, RULES)
+    return out, rep
+
+
+def outcomes(rep: AuditReport) -> dict[str, str]:
+    return {g.rule: g.outcome for g in rep.gates}
+
+
+def test_a_gate_at_n_2_is_inconclusive_and_says_what_n_would_decide(tmp_path: Path) -> None:
+    _, rep = gate_run(tmp_path, "thorough", 2)
+    got = outcomes(rep)
+    assert got["agent.residue_store==0"] == "held"  # a fact: every session observed, none with z
+    assert got["agent.leak_probes<=floor"] == got["agent.cad<=floor"] == "inconclusive"
+    leak = next(g for g in rep.gates if g.rule == "agent.leak_probes<=floor")
+    assert leak.n == 2 and leak.n_needed == 29 and "n >= 29" in leak.detail
+    assert exit_code(rep.gates) == 4 and exit_code(rep.gates, inconclusive_passes=True) == 0
+    # the summary never calls it a forget, and JUnit marks the case inconclusive, not passed
+    assert not any(line.startswith("Forget") for line in summary_lines(rep))
+    assert any("Not shown to forget at this n" in line for line in summary_lines(rep))
+    case = next(c for c in ET.fromstring(junit_xml(rep)).iter("testcase") if c.get("name") == "leak_probes")
+    assert case.find("failure").get("type") == "inconclusive"  # type: ignore[union-attr]
+
+
+def test_a_thorough_forget_at_the_n_power_asks_for_holds_every_rule(tmp_path: Path) -> None:
+    _, rep = gate_run(tmp_path, "thorough", 30)
+    assert set(outcomes(rep).values()) == {"held"} and exit_code(rep.gates) == 0
+    assert any(line.startswith("Forget") and "agent" in line for line in summary_lines(rep))
+    assert ET.fromstring(junit_xml(rep)).find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
+
+
+def test_a_forget_that_deletes_nothing_fails_on_the_fact_while_its_leaks_are_still_inconclusive(
+    tmp_path: Path,
+) -> None:
+    _, rep = gate_run(tmp_path, "naive", 2)
+    got = outcomes(rep)
+    assert got["agent.residue_store==0"] == "failed"  # z in its notebook: an observation, at any n
+    assert got["agent.leak_probes<=floor"] == "inconclusive"  # 2 of 2 worse is not yet significant
+    leak = next(g for g in rep.gates if g.rule == "agent.leak_probes<=floor")
+    assert leak.p == pytest.approx(0.25) and leak.n_needed == 5 and "failed" in leak.detail
+    assert exit_code(rep.gates) == 1
+
+
+def test_the_cli_exits_4_on_an_inconclusive_gate_and_power_sizes_the_job(tmp_path: Path) -> None:
+    bundle, _ = gate_run(tmp_path, "thorough", 2)
+    js = tmp_path / "a.json"
+    gates = [x for r in RULES for x in ("--gate", r)]
+    proc = run_cli("audit", str(bundle), *gates, "--json", str(js))
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "INCONCLUSIVE" in proc.stdout and "add sessions" in proc.stderr
+    report = json.loads(js.read_text())
+    leak = next(g for g in report["gates"] if g["rule"] == "agent.leak_probes<=floor")
+    assert leak["outcome"] == "inconclusive" and leak["test"] and leak["n_needed"] == 29
+    proc = run_cli("audit", str(bundle), *gates, "--on-inconclusive", "pass")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_cli("power", str(js))
+    assert proc.returncode == 0 and "29" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_cli("power", "--worse-share", "0")
+    assert proc.returncode == 0 and "n >= 29" in proc.stdout
+    proc = run_cli("audit", str(bundle), "--alpha", "2")
+    assert proc.returncode == 2 and "--alpha" in proc.stderr
+
+
+# --- known answers (from the libraries' documentation and textbooks, not from this code) -----------------
+
+
+def test_clopper_pearson_upper_bound_of_zero_events_is_the_exact_rule_of_three() -> None:
+    # 0 events in n trials: the one-sided 95% upper bound solves (1 - p)^n = 0.05 exactly
+    for n in (2, 10, 30):
+        assert clopper_pearson_upper(0, n, 0.05) == pytest.approx(1 - 0.05 ** (1 / n))
+    assert clopper_pearson_upper(0, 30, 0.05) == pytest.approx(0.0950, abs=1e-4)  # "rule of three": ~3/n
+
+
+def test_the_one_sided_t_bound_matches_the_textbook() -> None:
+    # mean 5, s = 2, n = 16: 5 + t(0.95, 15) * 2 / 4, with t(0.95, 15) = 1.7531 (any t table)
+    xs = [5 + 2 * math.sqrt(15 / 16) * (1 if i % 2 else -1) for i in range(16)]  # sample sd exactly 2
+    assert t_upper(xs, 0.05) == pytest.approx(5 + 1.7531 * 0.5, abs=1e-3)
+
+
+def test_exact_mcnemar_one_sided_and_wilcoxon_one_sided_match_their_documented_values() -> None:
+    # 9 discordant pairs against the method, 1 for it: P(X >= 9 | 10, 1/2) = 11 / 1024
+    assert worse_p([1.0] * 9 + [-1.0] + [0.0] * 5, binary=True) == pytest.approx(11 / 1024)
+    # scipy.stats.wilcoxon's documentation example (Cushny and Peebles' differences):
+    # alternative='greater' gives p = 0.0206298828125
+    d = [6, 8, 14, 16, 23, 24, 28, 29, 41, -48, 49, 56, 60, -67, 75]
+    assert worse_p([float(x) for x in d], binary=False) == pytest.approx(0.0206298828125)
+
+
+def test_equal_at_n_1_is_never_a_hold() -> None:
+    bound = upper_bound([0.0], bounded=True, alpha=0.05)
+    assert bound is not None and bound.value == pytest.approx(0.95)  # one identical pair bounds nothing
+    assert upper_bound([0.0], bounded=False, alpha=0.05) is None  # and without [0, 1] values, no bound
+    assert n_for_share(0.0, 0.1, 0.05) == 29
+    assert n_for_share(0.2, 0.1, 0.05) is None  # worse in 20% of sessions is not within a 0.1 margin
