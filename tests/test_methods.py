@@ -153,11 +153,40 @@ def test_a_consequential_tool_fires_exactly_once_across_record_and_every_replay(
     assert [r[2] for r in rows] == ["transfer"]  # the real sink: one row
     again = unlearn(src, ["b7"], tmp_path / "again.jsonl", loaded=smol)  # one more replay, same sink
     assert box.rows("s0") == rows
-    for s in [*out.sessions, *again.bundle.sessions]:
+    by = _by(out)
+    for s in [by["s0/b5"], by["s0/b7"], *again.bundle.sessions]:
         call = next(c for c in s.tool_calls if c.name == "transfer" and c.turn == 4)
         assert call.status == "shadowed" and call.committed  # deduplicated against the recorded call id
         assert s.receipts[0].shadowed_calls >= 1
     box.close()
+
+
+@pytest.mark.real_model
+def test_b8_blocks_the_identifier_sink_carrying_z_and_keeps_z_in_free_text_and_state(
+    smol: LoadedModel, tool_episode: Episode, tmp_path: Path
+) -> None:
+    """B8 is IFC at the sinks (FIDES): from tau on, a call whose identifier argument carries z is blocked
+    and never runs; nothing else changes, so z stays in the context. B0 pays the IBAN; B9 (the policy over
+    B7's replay) never meets it. A B8 that silently became B0 (policy never applied) or B9 fails here."""
+    from eu_audit.audits.leakage import artifact_leak
+
+    _, _, out = _record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b0,b8,b9"])
+    by = _by(out)
+    tau = by["s0/b0"].session.episode.tau
+    pay = {m: next(c for c in by[f"s0/{m}"].tool_calls if c.turn == 4) for m in ("b0", "b8", "b9")}
+    assert pay["b0"].status == "executed" and pay["b8"].status == "blocked" and pay["b8"].result is not None
+    assert "routing" in artifact_leak(by["s0/b0"], tau).action  # B0's transfer carries the IBAN
+    assert artifact_leak(by["s0/b8"], tau).action == {}  # B8's is blocked at the sink
+    assert by["s0/b8"].session.sink_policy is not None and by["s0/b8"].ledgers[0].transitions_replayed > 0
+    # nothing is sanitized: B8 re-enacts the observation at tau as recorded, z in it; B9's is o_tau without z
+    m = by["s0/b8"].matcher()
+
+    def observed_at_tau(method: str) -> str:
+        return next(
+            b.text for b in by[f"s0/{method}"].blocks if b.turn == tau and b.type.value == "tool_result"
+        )
+
+    assert m.found_in(observed_at_tau("b8")) and not m.found_in(observed_at_tau("b9"))
 
 
 @pytest.mark.real_model

@@ -86,6 +86,7 @@ class ForgetContext:
         world: World = "counterfactual",
         shadow: bool = True,
         fixed_turns: FixedTurns | None = None,
+        sink_policy: SinkPolicy | None = None,
     ) -> Agent:
         settings = AgentSettings(
             max_tokens=self.settings.max_tokens,
@@ -105,6 +106,7 @@ class ForgetContext:
             MemoryStore(Path(":memory:")),
             self.outbox,
             replay=ReplayInputs(recorded_calls=self.trace.tool_calls, fixed_turns=fixed_turns or {}),
+            sink_policy=sink_policy,
         )
 
     def checkpoint_at(self, boundary: int) -> Checkpoint:

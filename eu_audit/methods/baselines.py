@@ -11,7 +11,6 @@ from eu_audit.methods.base import (
     materialise,
     method,
     post_trace,
-    sink_policy_for,
     usable_matcher,
 )
 from eu_audit.provenance import ArtifactGraph
@@ -111,15 +110,4 @@ def sanitized_rebuild(ctx: ForgetContext) -> MethodResult:
             c = c.model_copy(update={"arguments": args, "raw": matcher.redact(c.raw, REDACTED)})
         calls.append(c)
     trace = post_trace(ctx, blocks=blocks, manifest=manifest, memory=memory, tool_calls=calls)
-    return MethodResult(trace, transitions=0)
-
-
-@method("b8", "FIDES-style information-flow control: block identifier sinks carrying z, no state cleanup")
-def ifc_only(ctx: ForgetContext) -> MethodResult:
-    trace = post_trace(
-        ctx,
-        blocks=ctx.trace.blocks,
-        manifest=ctx.trace.session.final_manifest,
-        sink_policy=sink_policy_for(ctx),
-    )
     return MethodResult(trace, transitions=0)
