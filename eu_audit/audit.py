@@ -426,27 +426,13 @@ def summarise(
     states: list[StateAudit],
     sessions: list[SessionTrace],
 ) -> AuditReport:
-    from eu_audit.audits.embed import embedding_distance
-    from eu_audit.methods import ORDER
-
     suites = sorted({s.suite for s in states})
-    methods = sorted(
-        dict.fromkeys(s.method for s in states),
-        key=lambda m: (m not in ORDER, ORDER.index(m) if m in ORDER else 0, m),
-    )
     by_key = {(s.session_id, s.method): s for s in states}
     traces = {(t.session.parent_session or t.session_id, t.session.method or "recorded"): t for t in sessions}
-    dropped: dict[str, list[str]] = {}
-    for suite in suites:
-        floor_states = [s for s in states if s.suite == suite and s.method == FLOOR and not s.error]
-        dropped[suite] = [
-            p for p in probes_ids if any(o.leaked for s in floor_states for o in s.probes if o.probe == p)
-        ]
+    dropped = drop_probes(states, probes_ids)
     for st in states:
         if st.error:
             continue
-        kept = [o for o in st.probes if o.probe not in dropped.get(st.suite, [])]
-        st.values["leak_probes"] = float(any(o.leaked for o in kept))
         ref = by_key.get((st.session_id, FLOOR))
         ref_trace = traces.get((st.session_id, FLOOR))
         mine = traces.get((st.session_id, st.method))
@@ -456,28 +442,7 @@ def summarise(
                 st.unmeasured[m] = "not measured: no B5 floor state for this session"
             continue
         _floor_relative(st, ref, mine, ref_trace)
-    floor_self: dict[str, dict[str, float | None]] = {}
-    for suite in suites:
-        refs = [
-            s for s in states if s.suite == suite and s.method == FLOOR and not s.error and s.floor_samples
-        ]
-        if refs:
-            floor_self[suite] = {
-                "ngram": _mean([ngram_distance(r.samples, r.floor_samples) for r in refs]),
-                "embed": _mean([embedding_distance(r.samples, r.floor_samples) for r in refs]),
-                "tool_tv": _mean(
-                    [
-                        total_variation(tool_distribution(r.samples), tool_distribution(r.floor_samples))
-                        for r in refs
-                    ]
-                ),
-                "agreement": _mean([token_agreement(r.sample_ids, r.floor_sample_ids) for r in refs]),
-            }
-    cells = [
-        _cell(method, suite, states, opts.margin, opts.floor)
-        for method in methods
-        for suite in [*suites, "all"]
-    ]
+    methods = method_order(states)
     return AuditReport(
         bundle=str(path),
         bundle_digest=file_digest(path),
@@ -495,11 +460,65 @@ def summarise(
         suites=suites,
         probes=probes_ids,
         probes_dropped=dropped,
-        floor_self=floor_self,
+        floor_self=floor_self_of(states),
         states=states,
-        cells=cells,
+        cells=cells_of(states, methods, opts.margin, opts.floor),
         errors=sum(1 for s in states if s.error),
     )
+
+
+def method_order(states: Sequence[StateAudit]) -> list[str]:
+    from eu_audit.methods import ORDER
+
+    return sorted(
+        dict.fromkeys(s.method for s in states),
+        key=lambda m: (m not in ORDER, ORDER.index(m) if m in ORDER else 0, m),
+    )
+
+
+def drop_probes(states: Sequence[StateAudit], probes_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Per suite, the probes that leak on the floor itself (dropped); every state's Leak@probes over the
+    kept ones. Over all the run's sessions: merged shards drop what one run would."""
+    dropped: dict[str, list[str]] = {}
+    for suite in sorted({s.suite for s in states}):
+        floor_states = [s for s in states if s.suite == suite and s.method == FLOOR and not s.error]
+        dropped[suite] = [
+            p for p in probes_ids if any(o.leaked for s in floor_states for o in s.probes if o.probe == p)
+        ]
+    for st in states:
+        if not st.error:
+            kept = [o for o in st.probes if o.probe not in dropped.get(st.suite, [])]
+            st.values["leak_probes"] = float(any(o.leaked for o in kept))
+    return dropped
+
+
+def floor_self_of(states: Sequence[StateAudit]) -> dict[str, dict[str, float | None]]:
+    """Per suite, B5 against itself under other seeds: the sampling floor."""
+    from eu_audit.audits.embed import embedding_distance
+
+    out: dict[str, dict[str, float | None]] = {}
+    for suite in sorted({s.suite for s in states}):
+        refs = [
+            s for s in states if s.suite == suite and s.method == FLOOR and not s.error and s.floor_samples
+        ]
+        if refs:
+            out[suite] = {
+                "ngram": _mean([ngram_distance(r.samples, r.floor_samples) for r in refs]),
+                "embed": _mean([embedding_distance(r.samples, r.floor_samples) for r in refs]),
+                "tool_tv": _mean(
+                    [
+                        total_variation(tool_distribution(r.samples), tool_distribution(r.floor_samples))
+                        for r in refs
+                    ]
+                ),
+                "agreement": _mean([token_agreement(r.sample_ids, r.floor_sample_ids) for r in refs]),
+            }
+    return out
+
+
+def cells_of(states: Sequence[StateAudit], methods: Sequence[str], margin: float, floor: bool) -> list[Cell]:
+    suites = sorted({s.suite for s in states})
+    return [_cell(m, suite, list(states), margin, floor) for m in methods for suite in [*suites, "all"]]
 
 
 def _cell(method: str, suite: str, states: list[StateAudit], margin: float, with_floor: bool) -> Cell:

@@ -27,6 +27,7 @@ from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.jsonl import interrupt_on_sigterm
 from eu_audit.runtime.models import DEFAULT_MODEL, FAST_MODEL
+from eu_audit.shards import Shard
 
 app = typer.Typer(
     name="eu-audit",
@@ -193,6 +194,15 @@ RecordHint = Annotated[
     ),
 ]
 RecordForce = Annotated[bool, typer.Option(help="Replace an existing output bundle and state folder.")]
+#: shared by record and audit: a deterministic split of the sessions (see eu_audit/shards.py)
+ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run only shard I of N (session i when i mod N = I-1; ids and seeds stay run-wide); join the "
+        "shards with `eu-audit merge`.",
+        metavar="I/N",
+    ),
+]
 
 
 @app.command()
@@ -221,6 +231,7 @@ def record(
     keep_state: RecordKeepState = False,
     hint: RecordHint = False,
     force: RecordForce = False,
+    shard: ShardOption = None,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
 
@@ -268,6 +279,7 @@ def record(
             force=force,
             keep_state=keep_state,
             hint=hint,
+            shard=Shard.parse(shard) if shard else None,
             bounds=Bounds(
                 call_s=agent_timeout if agent_timeout is not None else Bounds().call_s,
                 response_bytes=int(max_response_mb * (1 << 20)),
@@ -292,6 +304,7 @@ def record(
         server=server,
         concurrency=concurrency,
         force=force,
+        shard=Shard.parse(shard) if shard else None,
     )
     with _progress() as report:
         res = run_record(opts, progress=report)
@@ -676,6 +689,7 @@ def audit(
     serving: AuditServing = False,
     server: AuditServer = None,
     force: AuditForce = False,
+    shard: ShardOption = None,
 ) -> None:
     """Audit forgetting: Leak@probes, Leak@k, behavioral extraction, CAD, utility and the distribution
     under sampling, each next to the B5 floor, with paired statistics; exit 1 when a --gate fails.
@@ -698,7 +712,7 @@ def audit(
     """
     from eu_audit.audit import AuditOptions, audit_plan
     from eu_audit.audit import audit as run_audit
-    from eu_audit.gate import check_rules, evaluate, exit_code
+    from eu_audit.gate import check_rules
     from eu_audit.jsonl import check_output_path
 
     if on_inconclusive not in ("fail", "pass"):
@@ -721,19 +735,71 @@ def audit(
         serving=serving,
         server=server,
     )
+    if shard:
+        from eu_audit.shards import shard_bundle
+
+        bundle_path = shard_bundle(bundle_path, Shard.parse(shard))
     # a bad rule, or one naming a method this audit will not measure, is bad input before any model runs
     plan = audit_plan(bundle_path, opts)
     check_rules(gate or [], plan.methods, plan.suites)
     with _progress() as report:
         rep = run_audit(bundle_path, opts, progress=report)
-    rep.gates = evaluate(rep, gate or [])
+    _gate(rep, gate or [], (json_path, junit_path, rows_path), on_inconclusive)
+
+
+def _gate(rep: Any, rules: list[str], outputs: tuple[Path | None, ...], on_inconclusive: str) -> None:
+    """Decide the rules, print and write the report, exit with the verdict's code (one source for all)."""
+    from eu_audit.gate import evaluate, exit_code
+
+    rep.gates = evaluate(rep, rules)
     _print_audit(rep)
-    _write_audit(rep, json_path, junit_path, rows_path)
+    _write_audit(rep, *outputs)
     code = exit_code(rep.gates, inconclusive_passes=on_inconclusive == "pass")
     if code == 4:
         _say(err, "no rule failed, but some are inconclusive at this n: add sessions (exit 4), see above")
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def merge(
+    files: Annotated[list[Path], typer.Argument(help="Shard bundles, or shard audits (--json reports).")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="The merged bundle or audit JSON.")],
+    gate: Annotated[list[str] | None, typer.Option(help="With audits: rules to decide on the union.")] = None,
+    junit_path: Annotated[Path | None, typer.Option("--junit", help="With audits: JUnit XML.")] = None,
+    on_inconclusive: Annotated[str, typer.Option(help="With audits: fail (exit 4) or pass.")] = "fail",
+    force: Annotated[bool, typer.Option(help="Replace existing outputs.")] = False,
+) -> None:
+    """Join the shards of one run: bundles into one bundle (then audit it), or shard audits into one
+    audit whose statistics are recomputed over every session, as a single run's would be. Shards of
+    different models, engines, suites or seeds, or that share a session, are refused (exit 2).
+
+    Examples:
+
+    [bold]eu-audit merge bb.1.jsonl bb.2.jsonl -o bb.jsonl[/]
+    [bold]eu-audit merge a1.json a2.json -o audit.json --gate 'agent.leak_probes<=floor'[/]
+    """
+    from eu_audit.jsonl import check_output_path
+    from eu_audit.shards import merge_bundles, merge_reports
+
+    if on_inconclusive not in ("fail", "pass"):
+        raise BadInput(f"--on-inconclusive must be fail or pass, not {on_inconclusive!r}")
+    check_output_path(out_path, force=force)
+    try:
+        head = files[0].read_bytes()[:200].lstrip() if files else b""
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror}", path=str(files[0])) from None
+    if head.startswith(b'{"type":"header"') or head.startswith(b'{"type": "header"'):
+        merged = merge_bundles(files, out_path, force=force)
+        _say(out, f"wrote {merged} ({len(files)} shards); audit it with: eu-audit audit {merged}")
+        return
+    if junit_path is not None:
+        check_output_path(junit_path, force=force)
+    from eu_audit.gate import check_rules
+
+    rep = merge_reports(files)
+    check_rules(gate or [], rep.methods, rep.suites)
+    _gate(rep, gate or [], (out_path, junit_path, None), on_inconclusive)
 
 
 @app.command()

@@ -22,6 +22,7 @@ from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.engine import AUTO, KVEngine, open_engine
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import DEFAULT_MODEL, LoadedModel
+from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
 from eu_audit.trace.records import Decoding, Header, ModelInfo, check_decoding
 from eu_audit.trace.session import Bundle, SessionTrace
@@ -47,6 +48,7 @@ class RecordOptions:
     state_dir: Path | None = None  # memory store + outbox; default: <out>.state/
     kv_sidecar: bool = False
     force: bool = False
+    shard: Shard | None = None  # run only this shard's sessions (ids and seeds stay run-wide)
 
 
 @dataclass
@@ -113,7 +115,7 @@ def make_header(engine: KVEngine, chat_name: str, opts: RecordOptions, policy: C
 
 
 def _concurrently(
-    episodes: list[Episode],
+    episodes: list[tuple[int, Episode]],
     engine: KVEngine,
     concurrency: int,
     run_one: Callable[[int, Episode, KVEngine], SessionTrace],
@@ -135,7 +137,7 @@ def _concurrently(
             free.put(slot)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(task, i, ep) for i, ep in enumerate(episodes)]
+        futures = [pool.submit(task, i, ep) for i, ep in episodes]
         return [f.result() for f in futures]
 
 
@@ -176,6 +178,9 @@ def record(
     ]
     if opts.concurrency < 1:
         raise BadInput("--concurrency must be at least 1")
+    chosen = opts.shard.select(episodes) if opts.shard else list(enumerate(episodes))
+    if not chosen:
+        raise BadInput(f"--shard {opts.shard}: no session of the {len(episodes)} falls in this shard")
     engine = engine or open_engine(
         opts.engine,
         opts.model,
@@ -192,7 +197,7 @@ def record(
     chat = detect_chat_format(engine.tokenizer)
     memory, outbox = _open_state(state_dir, opts.force)
     kv: dict[str, object] = {}
-    total = sum(len(ep.steps) for ep in episodes)
+    total = sum(len(ep.steps) for _, ep in chosen)
     counter = _Counter(total, progress)
 
     def run_one(i: int, ep: Episode, eng: KVEngine) -> SessionTrace:
@@ -214,13 +219,15 @@ def record(
 
     try:
         if opts.concurrency > 1:
-            sessions = _concurrently(episodes, engine, opts.concurrency, run_one)
+            sessions = _concurrently(chosen, engine, opts.concurrency, run_one)
         else:
-            sessions = [run_one(i, ep, engine) for i, ep in enumerate(episodes)]
+            sessions = [run_one(i, ep, engine) for i, ep in chosen]
     finally:
         memory.close()
         outbox.close()
     header = make_header(engine, chat.name, opts, policy_for(episodes[0], opts))
+    if opts.shard:
+        header.engine_facts["shard"] = str(opts.shard)
     bundle = Bundle(header=header, sessions=sessions, path=out)
     write_bundle(out, bundle.records())
     sidecar = None

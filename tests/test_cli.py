@@ -66,3 +66,30 @@ def test_schema_and_listings(tmp_path: Path) -> None:
     assert (
         models.returncode == 0 and "qwen2.5-coder-0.5b" in models.stdout and "smollm2-135m" in models.stdout
     )
+
+
+def test_the_ci_examples_are_valid_workflows_naming_only_options_that_exist() -> None:
+    import re
+    import shlex
+
+    import yaml
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "ci"
+    commands: list[list[str]] = []
+    for wf in sorted(examples.glob("*.yml")):
+        doc = yaml.safe_load(wf.read_text())
+        assert doc["jobs"], wf
+        for job in doc["jobs"].values():
+            for step in job["steps"]:
+                script = re.sub(r"\\\n\s*", " ", step.get("run", ""))
+                for line in script.splitlines():
+                    if line.strip().startswith("eu-audit "):
+                        commands.append(shlex.split(line.split(">")[0].replace("&", "")))
+    assert {c[1] for c in commands} >= {"serve", "record", "audit", "merge"}
+    helps: dict[str, str] = {}
+    for cmd in commands:
+        name = cmd[1]
+        if name not in helps:
+            helps[name] = run(name, "--help").stdout
+        for opt in (t.split("=")[0] for t in cmd[2:] if t.startswith("--")):
+            assert opt in helps[name], f"eu-audit {name} has no {opt}"

@@ -124,3 +124,67 @@ def test_equal_at_n_1_is_never_a_hold() -> None:
     assert upper_bound([0.0], bounded=False, alpha=0.05) is None  # and without [0, 1] values, no bound
     assert n_for_share(0.0, 0.1, 0.05) == 29
     assert n_for_share(0.2, 0.1, 0.05) is None  # worse in 20% of sessions is not within a 0.1 margin
+
+
+# --- shards: merged shards are the single run -------------------------------------------------------
+
+
+def _record(tmp_path: Path, name: str, n: int, shard: str | None = None, seed: int = 0) -> Path:
+    from eu_audit.shards import Shard
+
+    out = tmp_path / name
+    opts = AgentRecordOptions(
+        agent="tests.scripted_agents:naive", suite="builtin", n=n, out=out, seed=seed,
+        shard=Shard.parse(shard) if shard else None,
+    )  # fmt: skip
+    record_agent(opts)
+    return out
+
+
+def _view(rep: AuditReport) -> list[tuple[str, str, dict[str, float | None]]]:
+    return [
+        (s.session_id, s.method, s.values) for s in sorted(rep.states, key=lambda s: (s.session_id, s.method))
+    ]
+
+
+def test_merged_shards_give_the_rows_and_p_values_of_one_run(tmp_path: Path) -> None:
+    from eu_audit.shards import merge_bundles, merge_reports
+
+    whole = audit(_record(tmp_path, "whole.jsonl", 6), AuditOptions())
+    parts = [_record(tmp_path, f"part{i}.jsonl", 6, f"{i}/3") for i in (1, 2, 3)]
+    from eu_audit.bundle.io import read_bundle
+
+    held = [sorted({s.session.parent_session for s in read_bundle(p).sessions}) for p in parts]
+    assert held == [["s0", "s3"], ["s1", "s4"], ["s2", "s5"]]  # session i in shard i mod 3, ids run-wide
+    rules = ["agent.leak_probes<=floor", "agent.residue_store==0"]
+
+    def verdicts(rep: AuditReport) -> list[tuple[str, str, float | None, int | None]]:
+        return [(g.rule, g.outcome, g.p, g.n_needed) for g in evaluate(rep, rules)]
+
+    merged_bundle = audit(merge_bundles(parts, tmp_path / "merged.jsonl"), AuditOptions())
+    assert _view(merged_bundle) == _view(whole) and verdicts(merged_bundle) == verdicts(whole)
+    reports = []
+    for i, p in enumerate(parts):
+        js = tmp_path / f"audit{i}.json"
+        js.write_text(audit(p, AuditOptions()).model_dump_json())
+        reports.append(js)
+    merged = merge_reports(reports)
+    assert _view(merged) == _view(whole) and verdicts(merged) == verdicts(whole)
+    assert [(c.method, c.suite, c.p) for c in merged.cells] == [(c.method, c.suite, c.p) for c in whole.cells]
+
+
+def test_shards_that_overlap_or_come_from_another_run_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    one = _record(tmp_path, "one.jsonl", 4, "1/2")
+    other_seed = _record(tmp_path, "seed1.jsonl", 4, "2/2", seed=1)
+    proc = run_cli("merge", str(one), str(one), "-o", str(tmp_path / "m.jsonl"))
+    assert proc.returncode == 2 and "same shard appears twice" in proc.stderr
+    proc = run_cli("merge", str(one), str(other_seed), "-o", str(tmp_path / "m.jsonl"))
+    assert proc.returncode == 2 and "seed differs" in proc.stderr and str(other_seed) in proc.stderr
+    assert not (tmp_path / "m.jsonl").exists()
+    for bad in ("3/2", "0/2", "x"):
+        proc = run_cli(
+            "record", "--agent", "tests.scripted_agents:naive", "--shard", bad, "-o", str(tmp_path / "b")
+        )
+        assert proc.returncode == 2 and "--shard" in proc.stderr, proc.stderr

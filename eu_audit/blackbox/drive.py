@@ -56,6 +56,7 @@ from eu_audit.runtime.blocks import BlockType, RuntimeBlock
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.tools import ToolError, load_toolset
 from eu_audit.runtime.world import World, WorldView
+from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
 from eu_audit.trace.records import (
     AgentForgetRecord,
@@ -91,6 +92,7 @@ class AgentRecordOptions:
     serve_control: Path = Path(DEFAULT_CONTROL_FILE)  # where serve wrote its control secret
     keep_state: bool = False  # keep the state folder of a failed run
     hint: bool = False  # send the sanitized text with the forget (the reference's input: see _hint)
+    shard: Shard | None = None  # drive only this shard's sessions (ids stay run-wide)
     bounds: Bounds = field(default_factory=Bounds)
 
 
@@ -515,6 +517,9 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         if ref.strip()
         for ep in pick_episodes(load_suite(ref.strip()), opts.n)
     ]
+    chosen = opts.shard.select(episodes) if opts.shard else list(enumerate(episodes))
+    if not chosen:
+        raise BadInput(f"--shard {opts.shard}: no session of the {len(episodes)} falls in this shard")
     serve = ServeControl(opts.serve, read_control_file(opts.serve_control) if opts.serve else "")
     info = serve.info()
     agent = open_agent(opts.agent, opts.bounds)
@@ -527,10 +532,10 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     sessions: list[SessionTrace] = []
     size = 0
     try:
-        for i, ep in enumerate(episodes):
+        for done, (i, ep) in enumerate(chosen):
             for method, world in METHODS:
                 if progress:
-                    progress(f"s{i} {method} {ep.id}", 2 * i + (method == "b5"), 2 * len(episodes))
+                    progress(f"s{i} {method} {ep.id}", 2 * done + (method == "b5"), 2 * len(chosen))
                 trace, _ = run_tenant(
                     agent, caps, serve, outbox, ep, opts, f"s{i}", method, world, f"{run}-s{i}-{method}"
                 )
@@ -554,7 +559,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             trace.residues[0], entries, trace, digest, serve.url is not None, serve.key
         )
     if progress:
-        progress("written", 2 * len(episodes), 2 * len(episodes))
+        progress("written", 2 * len(chosen), 2 * len(chosen))
     header = Header(
         tool_version=__version__,
         model=ModelInfo(
@@ -574,6 +579,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             "serve_log_digest": digest,
             "serve_control_key": serve.key,  # the key whose marks say which requests were post-forget
             "forget_hint": hint_sent(opts),
+            **({"shard": str(opts.shard)} if opts.shard else {}),
             "k": opts.k,
             "temperature": opts.temperature,
         },
