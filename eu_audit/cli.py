@@ -667,6 +667,26 @@ AuditServer = Annotated[
     str | None, typer.Option(help="For a bundle recorded on --engine openai: the server (overrides).")
 ]
 AuditForce = Annotated[bool, typer.Option(help="Replace existing --json, --junit and --rows files.")]
+AuditRevealTarget = Annotated[
+    bool,
+    typer.Option(
+        help="Keep the target's text in what the audit prints and writes, for a local investigation (files "
+        "0600). By default every place z stayed is shown masked: [z:DIGEST], a salted digest of the span.",
+    ),
+]
+AuditAttest = Annotated[
+    Path | None,
+    typer.Option(
+        help="Write a signed forget receipt here: an in-toto Statement (test-result predicate) in a DSSE "
+        "envelope, subjects the bundle, the --json audit, the weights and each --subject. Needs --json and "
+        "--signing-key.",
+    ),
+]
+AuditSigningKey = Annotated[Path | None, typer.Option(help="The receipt's ed25519 private key (PEM).")]
+AuditSubject = Annotated[
+    list[Path] | None,
+    typer.Option(help="More subjects of the receipt: the agent build, a container digest file."),
+]
 
 
 @app.command()
@@ -690,6 +710,10 @@ def audit(
     server: AuditServer = None,
     force: AuditForce = False,
     shard: ShardOption = None,
+    reveal_target: AuditRevealTarget = False,
+    attest: AuditAttest = None,
+    signing_key: AuditSigningKey = None,
+    subject: AuditSubject = None,
 ) -> None:
     """Audit forgetting: Leak@probes, Leak@k, behavioral extraction, CAD, utility and the distribution
     under sampling, each next to the B5 floor, with paired statistics; exit 1 when a --gate fails.
@@ -735,6 +759,8 @@ def audit(
         serving=serving,
         server=server,
     )
+    if attest is not None:
+        _check_attest(attest, json_path, signing_key, subject or [], force)
     if shard:
         from eu_audit.shards import shard_bundle
 
@@ -744,16 +770,65 @@ def audit(
     check_rules(gate or [], plan.methods, plan.suites)
     with _progress() as report:
         rep = run_audit(bundle_path, opts, progress=report)
-    _gate(rep, gate or [], (json_path, junit_path, rows_path), on_inconclusive)
+    if not reveal_target:
+        from eu_audit.evidence import mask_for
+
+        rep = mask_for(bundle_path).report(rep)
+    receipt = None
+    if attest is not None:
+        assert json_path is not None and signing_key is not None
+        receipt = (
+            attest,
+            signing_key,
+            [bundle_path, *(subject or [])],
+            mask_for(bundle_path).variant_digests(),
+        )
+    _gate(
+        rep,
+        gate or [],
+        (json_path, junit_path, rows_path),
+        on_inconclusive,
+        private=reveal_target,
+        receipt=receipt,
+    )
 
 
-def _gate(rep: Any, rules: list[str], outputs: tuple[Path | None, ...], on_inconclusive: str) -> None:
-    """Decide the rules, print and write the report, exit with the verdict's code (one source for all)."""
+def _check_attest(
+    attest: Path, json_path: Path | None, key: Path | None, subjects: list[Path], force: bool
+) -> None:
+    """Everything a receipt needs, checked before any model runs."""
+    from eu_audit.evidence import load_signer
+    from eu_audit.jsonl import check_output_path
+
+    if json_path is None:
+        raise BadInput("--attest needs --json: the receipt's verdict is recomputed from that audit's rows")
+    if key is None:
+        raise BadInput("--attest needs --signing-key (an ed25519 private key, PEM)")
+    load_signer(key)
+    for s in subjects:
+        if not s.is_file():
+            raise BadInput("the --subject does not exist (or is not a file)", path=str(s))
+    check_output_path(attest, force=force)
+
+
+def _gate(
+    rep: Any,
+    rules: list[str],
+    outputs: tuple[Path | None, ...],
+    on_inconclusive: str,
+    *,
+    private: bool = False,
+    receipt: tuple[Path, Path, list[Path], list[str]] | None = None,
+) -> None:
+    """Decide the rules, print and write the report (and its receipt), exit with the verdict's code: one
+    source for the summary, the files and the exit code."""
     from eu_audit.gate import evaluate, exit_code
 
     rep.gates = evaluate(rep, rules)
     _print_audit(rep)
-    _write_audit(rep, *outputs)
+    _write_audit(rep, *outputs, private=private)
+    if receipt is not None and outputs[0] is not None:
+        _write_receipt(rep, outputs[0], *receipt)
     code = exit_code(rep.gates, inconclusive_passes=on_inconclusive == "pass")
     if code == 4:
         _say(err, "no rule failed, but some are inconclusive at this n: add sessions (exit 4), see above")
@@ -800,6 +875,35 @@ def merge(
     rep = merge_reports(files)
     check_rules(gate or [], rep.methods, rep.suites)
     _gate(rep, gate or [], (out_path, junit_path, None), on_inconclusive)
+
+
+@app.command()
+def verify(
+    receipt: Annotated[Path, typer.Argument(help="A forget receipt (audit --attest): a DSSE envelope.")],
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="The receipt's subjects to check: the audit JSON (required), the bundle, the build."
+        ),
+    ] = None,
+    key: Annotated[Path, typer.Option(help="The signer's ed25519 public key (PEM).")] = Path("key.pub.pem"),
+) -> None:
+    """Check a forget receipt: its signature, that the files given are its subjects, and that its verdict
+    follows from the audit rows it names (recomputed). Prints what it proves and what it does not.
+
+    Exit codes: 0 valid, 1 the verdict does not follow from the rows, 2 bad input or signature.
+
+    Example:
+
+    [bold]eu-audit verify receipt.json audit.json bb.jsonl --key signer.pub.pem[/]
+    """
+    from eu_audit.evidence import verify_receipt
+
+    result = verify_receipt(receipt, key, files or [])
+    for line in result.lines:
+        _say(out, Text(line))
+    if not result.follows:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -884,8 +988,32 @@ def _print_audit(rep: object) -> None:
         _say(out, Text(f"gate {g.rule}: "), Text(word, style=style), Text(f"  ({g.detail}; {g.test})"))
 
 
+def _write_receipt(
+    rep: Any, audit_json: Path, out_path: Path, key: Path, files: list[Path], digests: list[str]
+) -> None:
+    from eu_audit.evidence import sha256_file, sign, statement
+    from eu_audit.jsonl import atomic_writer
+
+    subjects = [(files[0].name, sha256_file(files[0])), (audit_json.name, sha256_file(audit_json))]
+    if rep.model_digest:
+        subjects.append((f"model-weights:{rep.model}", rep.model_digest))
+    subjects += [(f.name, sha256_file(f)) for f in files[1:]]
+    envelope = sign(statement(rep, subjects, audit_json.name, digests), key)
+    with atomic_writer(out_path, private=False) as f:  # holds no target: digests only
+        f.write(json.dumps(envelope, indent=1))
+    _say(
+        out,
+        f"signed forget receipt: {out_path} (check it with: eu-audit verify {out_path} --key PUBLIC.pem ...)",
+    )
+
+
 def _write_audit(
-    rep: object, json_path: Path | None, junit_path: Path | None, rows_path: Path | None
+    rep: object,
+    json_path: Path | None,
+    junit_path: Path | None,
+    rows_path: Path | None,
+    *,
+    private: bool = True,
 ) -> None:
     from eu_audit.audit import audit_rows
     from eu_audit.audits.model import AuditReport
@@ -893,11 +1021,11 @@ def _write_audit(
     from eu_audit.jsonl import atomic_writer, write_parquet
 
     assert isinstance(rep, AuditReport)
-    if json_path:  # it quotes probe answers, so it may hold the target: private like a bundle
+    if json_path:  # 0600 always: masked by default, but it describes where z stayed
         with atomic_writer(json_path, private=True) as f:
             f.write(rep.model_dump_json(indent=1))
-    if junit_path:
-        with atomic_writer(junit_path, private=False) as f:
+    if junit_path:  # a CI artifact: 0644 when masked, 0600 when it holds the target
+        with atomic_writer(junit_path, private=private) as f:
             f.write(junit_xml(rep))
     if rows_path:
         write_parquet(rows_path, audit_rows(rep))

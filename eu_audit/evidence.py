@@ -1,0 +1,327 @@
+"""Evidence a privacy team can file: outputs that never contain the target, and a signed forget receipt.
+
+- **Masking.** Everything meant to leave the machine (audit JSON, JUnit, Markdown, the printed summary,
+  Parquet rows) shows each place z stayed with z replaced by ``[z:DIGEST]``: the first 12 hex digits of
+  sha256(salt + the matched text), so two reports can be compared without either holding z. The salt is
+  random, kept beside the bundle (``<bundle>.salt``, 0600); ``--reveal-target`` keeps the text for a
+  local investigation (files then 0600).
+- **The receipt** is an in-toto Statement (v1) with the test-result predicate
+  (``https://in-toto.io/attestation/test-result/v0.1``) in a DSSE envelope signed with the user's
+  ed25519 key (securesystemslib, the library in-toto itself uses). Subjects: the digests of the bundle,
+  the masked audit JSON, the model weights and any ``--subject`` (the agent build). The predicate holds
+  the result (PASSED / FAILED / WARNED for inconclusive), each rule with its outcome, n, p, bound and
+  test, and what the run measured (a control map), never z.
+- **verify** checks the signature, the subjects' digests against the files given, and that the verdicts
+  follow from the audit rows the receipt names (recomputed), and says what the receipt does not prove.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eu_audit import __version__
+from eu_audit.audits.model import AuditReport
+from eu_audit.errors import BadInput
+from eu_audit.matching import TargetMatcher
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+RESULT = {"held": "PASSED", "failed": "FAILED", "inconclusive": "WARNED"}
+
+#: which rule evidences which obligation: "this run measured X", never legal advice
+CONTROLS: dict[str, list[str]] = {
+    "residue_store": ["GDPR art. 17(1) erasure: the agent's stores were searched for z after its forget"],
+    "residue_context": [
+        "GDPR art. 17(1) erasure: the prompts reaching the model after the forget were searched for z"
+    ],
+    "leak_probes": [
+        "GDPR art. 17(1) erasure: the agent was asked for z after the forget, against a reference"
+    ],
+    "leak5": ["GDPR art. 17(1) erasure: sampled answers were searched for z, against a reference"],
+    "leak_any": ["GDPR art. 17(1) erasure: derived artifacts and tool arguments were searched for z"],
+    "cad": ["GDPR art. 17(1) erasure: the agent's actions after the forget were compared with a reference"],
+}
+RECORD_KEEPING = [
+    "GDPR art. 5(2) accountability: this receipt records what was measured, on which artifacts, with "
+    "what result",
+    "EU AI Act art. 12 record keeping: the run's bundle and serve log (kept locally, 0600) are the event "
+    "records",
+    "ISO/IEC 42001 A.6.2.8 event logs: every model call of the run is logged by eu-audit serve",
+]
+
+
+# -- masking ---------------------------------------------------------------------------------------------
+
+
+def salt_beside(bundle: Path) -> bytes:
+    """The salt of a bundle's digests, made once (random, 0600) and kept beside it."""
+    path = bundle.with_name(bundle.name + ".salt")
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        raise BadInput("unreadable salt file; remove it to make a new one", path=str(path)) from None
+    salt = secrets.token_bytes(16)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(salt.hex() + "\n")
+    return salt
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Replaces every variant of every target with ``[z:DIGEST]`` (a salted digest of the matched span)."""
+
+    matchers: tuple[TargetMatcher, ...]
+    salt: bytes
+
+    def digest(self, span: str) -> str:
+        return hashlib.sha256(self.salt + span.encode()).hexdigest()[:12]
+
+    def text(self, s: str) -> str:
+        for m in self.matchers:
+            s = m.pattern.sub(lambda g: f"[z:{self.digest(g.group())}]", s)
+        return s
+
+    def value(self, obj: Any) -> Any:
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, list):
+            return [self.value(x) for x in obj]
+        if isinstance(obj, dict):
+            return {k: self.value(v) for k, v in obj.items()}
+        return obj
+
+    def report(self, rep: AuditReport) -> AuditReport:
+        return AuditReport.model_validate(self.value(rep.model_dump(mode="json")))
+
+    def variant_digests(self) -> list[str]:
+        return sorted({self.digest(v) for m in self.matchers for v in m.variants})
+
+
+def mask_for(bundle_path: Path) -> Mask:
+    """Every target of the bundle (its sessions' targets and variants), salted beside it."""
+    from eu_audit.bundle.io import read_bundle
+
+    bundle = read_bundle(bundle_path)
+    targets = {(s.session.target.value, tuple(s.session.target.variants)) for s in bundle.sessions}
+    return Mask(tuple(TargetMatcher.of(v, vs) for v, vs in sorted(targets)), salt_beside(bundle_path))
+
+
+# -- the receipt -----------------------------------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError as exc:
+        raise BadInput(f"cannot read the subject: {exc.strerror}", path=str(path)) from None
+    return h.hexdigest()
+
+
+def load_signer(key: Path) -> Any:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from securesystemslib.signer import CryptoSigner
+
+    try:
+        private = load_pem_private_key(key.read_bytes(), password=None)
+    except OSError as exc:
+        raise BadInput(f"cannot read the signing key: {exc.strerror}", path=str(key)) from None
+    except (ValueError, TypeError) as exc:
+        raise BadInput(f"not an unencrypted PEM private key ({exc})", path=str(key)) from None
+    if not isinstance(private, Ed25519PrivateKey):
+        raise BadInput("the signing key must be ed25519", path=str(key))
+    return CryptoSigner(private)
+
+
+def load_public_key(key: Path) -> Any:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    from securesystemslib.signer import SSlibKey
+
+    try:
+        public = load_pem_public_key(key.read_bytes())
+    except OSError as exc:
+        raise BadInput(f"cannot read the public key: {exc.strerror}", path=str(key)) from None
+    except ValueError as exc:
+        raise BadInput(f"not a PEM public key ({exc})", path=str(key)) from None
+    if not isinstance(public, Ed25519PublicKey):
+        raise BadInput("the public key must be ed25519", path=str(key))
+    return SSlibKey.from_crypto(public)
+
+
+def statement(
+    report: AuditReport, subjects: Sequence[tuple[str, str]], audit_name: str, variant_digests: list[str]
+) -> dict[str, Any]:
+    """The in-toto Statement: subjects (name, sha256) and the test-result predicate of the gates."""
+    from eu_audit.gate import default_rules, evaluate
+
+    verdicts = report.gates or evaluate(report, default_rules(report))
+    outcomes = {g.outcome for g in verdicts}
+    result = "FAILED" if "failed" in outcomes else "WARNED" if "inconclusive" in outcomes else "PASSED"
+    rules = [g.model_dump(mode="json", exclude={"held"}) for g in verdicts]
+    metrics = {r["rule"].split(".")[-1].split("<")[0].split(">")[0].split("=")[0] for r in rules}
+    controls = [c for m in sorted(metrics) for c in CONTROLS.get(m, [])] + RECORD_KEEPING
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": n, "digest": {"sha256": d}} for n, d in subjects],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "result": result,
+            "passedTests": [g.rule for g in verdicts if g.outcome == "held"],
+            "warnedTests": [g.rule for g in verdicts if g.outcome == "inconclusive"],
+            "failedTests": [g.rule for g in verdicts if g.outcome == "failed"],
+            "configuration": [
+                {
+                    "name": audit_name,
+                    "digest": {"sha256": subjects[1][1]},
+                    "annotations": {
+                        "tool": f"eu-audit {__version__}",
+                        "model": report.model,
+                        "model_digest": report.model_digest,
+                        "engine": report.engine,
+                        "methods": report.methods,
+                        "suites": report.suites,
+                        "sessions": len({s.session_id for s in report.states}),
+                        "margin": report.margin,
+                        "alpha": report.alpha,
+                        "rules": rules,
+                        "controls_measured": controls,
+                        "target_variant_digests": variant_digests,
+                        "forget_hint": report.engine_facts.get("forget_hint"),
+                    },
+                }
+            ],
+        },
+    }
+
+
+def sign(stmt: dict[str, Any], key: Path) -> dict[str, Any]:
+    from securesystemslib.dsse import Envelope
+
+    env = Envelope(json.dumps(stmt, sort_keys=True).encode(), PAYLOAD_TYPE, {})
+    env.sign(load_signer(key))
+    return dict(env.to_dict())
+
+
+# -- verification ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verification:
+    valid: bool  # the signature and every subject digest check
+    follows: bool  # the verdicts follow from the audit rows
+    lines: list[str]
+
+
+def read_envelope(path: Path) -> dict[str, Any]:
+    try:
+        env = json.loads(path.read_text())
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror}", path=str(path)) from None
+    except ValueError:
+        raise BadInput("not JSON; expected a DSSE envelope", path=str(path)) from None
+    if not isinstance(env, dict) or env.get("payloadType") != PAYLOAD_TYPE or "signatures" not in env:
+        raise BadInput(
+            f"not a DSSE envelope of an in-toto statement (payloadType {PAYLOAD_TYPE})",
+            path=str(path),
+            field="payloadType",
+        )
+    return env
+
+
+def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Verification:
+    """Signature, subjects, and the verdicts recomputed from the audit JSON among ``files``."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
+    from eu_audit.gate import default_rules, evaluate
+
+    env_dict = read_envelope(receipt)
+    try:
+        env = Envelope.from_dict(copy.deepcopy(env_dict))  # from_dict consumes what it reads
+        env.verify([load_public_key(public_key)], 1)
+    except VerificationError as exc:
+        raise BadInput(
+            f"the signature does not verify with {public_key}: {exc}", path=str(receipt), field="signatures"
+        ) from None
+    except (KeyError, ValueError, TypeError) as exc:
+        raise BadInput(f"malformed envelope ({exc})", path=str(receipt)) from None
+    stmt = json.loads(base64.b64decode(env_dict["payload"]))
+    if stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
+        raise BadInput(
+            "not an in-toto Statement v1 with the test-result predicate",
+            path=str(receipt),
+            field="predicateType",
+        )
+    lines = [f"signature: valid (ed25519, key {next(iter(env.signatures), '?')})"]
+    named = {subj["digest"]["sha256"]: subj["name"] for subj in stmt["subject"]}
+    audit_name = stmt["predicate"]["configuration"][0]["name"]
+    audit_file = None
+    for f in files:  # every file given must be one of the receipt's subjects
+        d = sha256_file(f)
+        if d not in named:
+            raise BadInput("is not a subject of this receipt (its sha256 matches none)", path=str(f))
+        lines.append(f"subject {named[d]}: matches {f}")
+        audit_file = f if named[d] == audit_name else audit_file
+    checked = {sha256_file(f) for f in files}
+    lines += [
+        f"subject {n}: not checked (its file was not given)" for d, n in named.items() if d not in checked
+    ]
+    if audit_file is None:
+        raise BadInput(
+            f"give the audit JSON the receipt names ({audit_name}): its rows are what the verdict is "
+            "recomputed from",
+            path=str(receipt),
+            field="subject",
+        )
+    report = AuditReport.model_validate_json(audit_file.read_bytes())
+    recorded = stmt["predicate"]["configuration"][0]["annotations"]["rules"]
+    rules = [r["rule"] for r in recorded if r["rule"] != "no errored states"]
+    again = evaluate(report, rules or default_rules(report), alpha=report.alpha, margin=report.margin)
+    got = {g.rule: g.outcome for g in again}
+    follows = all(got.get(r["rule"]) == r["outcome"] for r in recorded if r["rule"] in got)
+    predicate_result = stmt["predicate"]["result"]
+    outcomes = set(got.values())
+    expected = "FAILED" if "failed" in outcomes else "WARNED" if "inconclusive" in outcomes else "PASSED"
+    follows = follows and expected == predicate_result
+    lines.append(
+        f"verdict: {predicate_result}, "
+        + ("follows from" if follows else "does NOT follow from")
+        + f" the {len(report.states)} audit rows of {audit_file} (recomputed)"
+    )
+    lines += [
+        f"proves: {c}" for c in stmt["predicate"]["configuration"][0]["annotations"]["controls_measured"]
+    ]
+    lines += [f"does not prove: {c}" for c in limits(report)]
+    return Verification(True, follows, lines)
+
+
+def limits(report: AuditReport) -> list[str]:
+    """What a receipt of this audit does not show."""
+    out = []
+    if report.engine == "agent":
+        out.append("that stores missing from the agent's dump are clean (residue_store searched the dump)")
+        out.append(
+            "that model calls bypassing eu-audit serve were clean (residue_context saw only the calls "
+            "through serve)"
+        )
+    out.append("that other targets, sessions or data than the audited ones were forgotten")
+    n = len({s.session_id for s in report.states})
+    out.append(f"anything beyond the {n} session(s) audited (see each rule's n and bound)")
+    return out
