@@ -409,6 +409,14 @@ def unlearn(
         str | None, typer.Option(help="For a bundle recorded on --engine openai: the server (overrides).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output bundle.")] = False,
+    attest: Annotated[
+        Path | None,
+        typer.Option(
+            help="A folder for signed per-session forget receipts (in-toto test-result Statements in DSSE "
+            "envelopes; subjects the input and output bundles). Needs --signing-key.",
+        ),
+    ] = None,
+    signing_key: AuditSigningKey = None,
 ) -> None:
     """Apply forget methods to every session of a bundle and write the post-forget bundle.
 
@@ -420,6 +428,14 @@ def unlearn(
     """
     from eu_audit.unlearn import unlearn as run_unlearn
 
+    if attest is not None:
+        from eu_audit.evidence import load_signer
+
+        if signing_key is None:
+            raise BadInput("--attest needs --signing-key (an ed25519 private key, PEM)")
+        load_signer(signing_key)
+        if attest.exists() and not attest.is_dir():
+            raise BadInput("--attest names a folder for the receipts; this is a file", path=str(attest))
     with _progress() as report:
         res = run_unlearn(
             bundle_path,
@@ -468,6 +484,23 @@ def unlearn(
             f"[yellow]note:[/] {len(committed)} committed tool call(s) carried the target before the forget "
             "(real side effects, outside any replay: assumption A3); listed in the receipts."
         )
+    if attest is not None and signing_key is not None:
+        _attest_unlearn(res, bundle_path, attest, signing_key, force)
+
+
+def _attest_unlearn(res: Any, bundle_path: Path, folder: Path, key: Path, force: bool) -> None:
+    from eu_audit.evidence import forget_statement, mask_for, sha256_file, sign
+    from eu_audit.jsonl import atomic_writer, check_output_path
+
+    folder.mkdir(parents=True, exist_ok=True)
+    subjects = [(bundle_path.name, sha256_file(bundle_path)), (res.path.name, sha256_file(res.path))]
+    mask = mask_for(bundle_path)
+    for sid, name, led, rec in res.rows:
+        path = folder / f"{sid}.{name}.receipt.json"
+        check_output_path(path, force=force)
+        with atomic_writer(path, private=False) as f:  # digests only: no target
+            f.write(json.dumps(sign(forget_statement(sid, name, led, rec, subjects, mask), key), indent=1))
+    _say(out, f"{len(res.rows)} signed forget receipt(s) in {folder}")
 
 
 @app.command()
@@ -947,17 +980,10 @@ def power(
                f"no n holds it: {worse_share:.0%} is not within the margin {margin}"),
         )  # fmt: skip
         return
-    from eu_audit.audits.model import AuditReport
+    from eu_audit.audits.model import read_report
     from eu_audit.gate import check_rules, default_rules, evaluate
 
-    try:
-        rep = AuditReport.model_validate_json(pilot.read_bytes())
-    except OSError as exc:
-        raise BadInput(f"cannot read: {exc.strerror}", path=str(pilot)) from None
-    except ValueError as exc:
-        raise BadInput(
-            f"not an eu-audit audit report ({str(exc).splitlines()[0]})", path=str(pilot)
-        ) from None
+    rep = read_report(pilot)
     rules = gate or [g.rule for g in rep.gates if g.rule != "no errored states"] or default_rules(rep)
     check_rules(rules, rep.methods, rep.suites)
     table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))

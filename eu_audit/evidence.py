@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from eu_audit import __version__
-from eu_audit.audits.model import AuditReport
+from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 
@@ -51,6 +51,10 @@ CONTROLS: dict[str, list[str]] = {
     "leak_any": ["GDPR art. 17(1) erasure: derived artifacts and tool arguments were searched for z"],
     "cad": ["GDPR art. 17(1) erasure: the agent's actions after the forget were compared with a reference"],
 }
+STATE_SEARCHED = (
+    "GDPR art. 17(1) erasure: the post-forget state was searched for z (context, memory, pending tool "
+    "calls); committed calls are side effects outside any replay"
+)
 RECORD_KEEPING = [
     "GDPR art. 5(2) accountability: this receipt records what was measured, on which artifacts, with "
     "what result",
@@ -211,6 +215,44 @@ def statement(
     }
 
 
+def forget_statement(
+    session_id: str, method: str, ledger: Any, receipt: Any, subjects: Sequence[tuple[str, str]], mask: Mask
+) -> dict[str, Any]:
+    """One session's white-box forget receipt as a Statement: PASSED when the post-forget state holds z
+    nowhere (context, memory, pending calls), with the recompute ledger and where z was left (no z)."""
+    test = f"{session_id}/{method}: z absent from context, memory and pending tool calls"
+    left = [o.model_dump(mode="json") for o in receipt.occurrences]
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": n, "digest": {"sha256": d}} for n, d in subjects],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "result": "PASSED" if receipt.clean else "FAILED",
+            "passedTests": [test] if receipt.clean else [],
+            "warnedTests": [],
+            "failedTests": [] if receipt.clean else [test],
+            "configuration": [
+                {
+                    "name": subjects[-1][0],
+                    "digest": {"sha256": subjects[-1][1]},
+                    "annotations": {
+                        "tool": f"eu-audit {__version__}",
+                        "method": method,
+                        "tau": ledger.tau,
+                        "transitions_replayed": ledger.transitions_replayed,
+                        "tokens_prefilled": ledger.tokens_prefilled,
+                        "tokens_decoded": ledger.tokens_decoded,
+                        "tokens_reused": ledger.tokens_reused,
+                        "left_behind": left,
+                        "target_variant_digests": mask.variant_digests(),
+                        "controls_measured": [STATE_SEARCHED, *RECORD_KEEPING],
+                    },
+                }
+            ],
+        },
+    }
+
+
 def sign(stmt: dict[str, Any], key: Path) -> dict[str, Any]:
     from securesystemslib.dsse import Envelope
 
@@ -290,7 +332,7 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
             path=str(receipt),
             field="subject",
         )
-    report = AuditReport.model_validate_json(audit_file.read_bytes())
+    report = read_report(audit_file)
     recorded = stmt["predicate"]["configuration"][0]["annotations"]["rules"]
     rules = [r["rule"] for r in recorded if r["rule"] != "no errored states"]
     again = evaluate(report, rules or default_rules(report), alpha=report.alpha, margin=report.margin)

@@ -138,20 +138,11 @@ def merge_reports(paths: Sequence[Path]) -> Any:
     """Shard audits -> the audit of the union of their sessions: states joined, probes dropped, floors,
     cells and p-values recomputed over all of them, exactly as one run on the same sessions would."""
     from eu_audit.audit import cells_of, drop_probes, floor_self_of, method_order
-    from eu_audit.audits.model import AuditReport
+    from eu_audit.audits.model import read_report
 
     if len(paths) < 2:
         raise BadInput("merge needs at least two files")
-    reports = []
-    for p in paths:
-        try:
-            reports.append(AuditReport.model_validate_json(Path(p).read_bytes()))
-        except OSError as exc:
-            raise BadInput(f"cannot read: {exc.strerror}", path=str(p)) from None
-        except ValueError as exc:
-            raise BadInput(
-                f"not an eu-audit audit report ({str(exc).splitlines()[0]})", path=str(p)
-            ) from None
+    reports = [read_report(p) for p in paths]
     first = reports[0].model_dump(mode="json")
     for p, r in zip(paths[1:], reports[1:], strict=True):
         d = r.model_dump(mode="json")

@@ -186,3 +186,37 @@ def test_receipt_mistakes_exit_2_before_any_model_runs(
     not_a_receipt.write_text('{"payloadType": "text/plain", "payload": "", "signatures": []}')
     proc = run_cli("verify", str(not_a_receipt), js, "--key", str(pub))
     assert proc.returncode == 2 and "payloadType" in proc.stderr
+
+
+def test_unlearn_writes_a_signed_receipt_per_session_that_holds_no_target(
+    tiny_bundle_for_receipts: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from securesystemslib.dsse import Envelope
+
+    from eu_audit.evidence import load_public_key
+
+    priv, pub = keys
+    folder = tmp_path / "receipts"
+    proc = run_cli(
+        "unlearn", "-m", "b0,b7", str(tiny_bundle_for_receipts), "-o", str(tmp_path / "out.jsonl"),
+        "--attest", str(folder), "--signing-key", str(priv),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    receipts = sorted(folder.glob("*.receipt.json"))
+    assert [r.name for r in receipts] == ["s0.b0.receipt.json", "s0.b7.receipt.json"]
+    zs = variants(tiny_bundle_for_receipts)
+    results = {}
+    for r in receipts:
+        assert not [z for z in zs if z in r.read_text()]
+        env = json.loads(r.read_text())
+        Envelope.from_dict(copy.deepcopy(env)).verify([load_public_key(pub)], 1)
+        results[r.name] = json.loads(base64.b64decode(env["payload"]))["predicate"]["result"]
+    assert results == {"s0.b0.receipt.json": "FAILED", "s0.b7.receipt.json": "PASSED"}
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle_for_receipts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "t.jsonl"
+    proc = run_cli("record", "--model", "tiny-random", "--engine", "hf", "--n", "1", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out

@@ -4,6 +4,7 @@ Markdown report; written by the orchestrator (``eu_audit.audit``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
@@ -125,3 +126,15 @@ class AuditReport(BaseModel):
 
     def cell(self, method: str, suite: str) -> Cell | None:
         return next((c for c in self.cells if c.method == method and c.suite == suite), None)
+
+
+def read_report(path: Path) -> AuditReport:
+    """An audit's ``--json`` report, refused with exit 2 naming the file when it is not one."""
+    from eu_audit.errors import BadInput
+
+    try:
+        return AuditReport.model_validate_json(Path(path).read_bytes())
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror}", path=str(path)) from None
+    except ValueError as exc:
+        raise BadInput(f"not an eu-audit audit report ({str(exc).splitlines()[0]})", path=str(path)) from None
