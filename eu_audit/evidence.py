@@ -179,8 +179,7 @@ def statement(
     outcomes = {g.outcome for g in verdicts}
     result = "FAILED" if "failed" in outcomes else "WARNED" if "inconclusive" in outcomes else "PASSED"
     rules = [g.model_dump(mode="json", exclude={"held"}) for g in verdicts]
-    metrics = {r["rule"].split(".")[-1].split("<")[0].split(">")[0].split("=")[0] for r in rules}
-    controls = [c for m in sorted(metrics) for c in CONTROLS.get(m, [])] + RECORD_KEEPING
+    controls = controls_for([g.rule for g in verdicts])
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": n, "digest": {"sha256": d}} for n, d in subjects],
@@ -251,6 +250,19 @@ def forget_statement(
             ],
         },
     }
+
+
+def controls_for(rules: Sequence[str]) -> list[str]:
+    """The obligations the rules' measurements speak to, then what any recorded run keeps."""
+    from eu_audit.gate import parse_rule
+
+    metrics = set()
+    for r in rules:
+        try:
+            metrics.add(parse_rule(r).metric)
+        except BadInput:  # the errored-states pseudo-rule
+            continue
+    return [c for m in sorted(metrics) for c in CONTROLS.get(m, [])] + RECORD_KEEPING
 
 
 def sign(stmt: dict[str, Any], key: Path) -> dict[str, Any]:

@@ -122,6 +122,7 @@ def audit_section(path: Path, out: Path) -> list[str]:
             name = f"{method} (floor)" if method == FLOOR else method
             lines.append(f"| {name} | " + " | ".join(fmt(m, c) for m in metrics) + " |")
         lines.append("")
+    lines += _verdict_lines(rep)
     lines += _rates_plot(rep, path, out)
     # the behavioral distribution with the floor
     pref = [s for s in rep.states if s.suite == "preference" and s.values.get("avoid") is not None]
@@ -151,6 +152,21 @@ def audit_section(path: Path, out: Path) -> list[str]:
         "",
     ]
     return lines
+
+
+def _verdict_lines(rep: AuditReport) -> list[str]:
+    """The gates' verdicts (each with its n, test and what would decide it) and the control map: which
+    obligation each rule's measurement speaks to, as "this run measured X", never as legal advice."""
+    from eu_audit.evidence import controls_for
+
+    if not rep.gates:
+        return []
+    lines = ["| rule | verdict | n | test | detail |", "|---|---|---|---|---|"]
+    for g in rep.gates:
+        lines.append(f"| `{g.rule}` | {g.outcome} | {g.n} | {g.test} | {g.detail} |")
+    lines += ["", "What this run measured, by obligation (not legal advice):", ""]
+    lines += [f"- {c}" for c in controls_for([g.rule for g in rep.gates])]
+    return [*lines, ""]
 
 
 def _rates_plot(rep: AuditReport, path: Path, out: Path) -> list[str]:

@@ -72,6 +72,10 @@ def test_nothing_the_audit_writes_or_prints_holds_the_target_unless_asked(
         assert not [z for z in zs if z.encode() in data], f
     assert not [z for z in zs if z in printed]
     assert "[z:" in (tmp_path / "masked" / "audit.json").read_text()  # where it stayed, masked
+    md = (tmp_path / "masked" / "report" / "report.md").read_text()
+    assert (
+        "| `agent.residue_store==0` | failed |" in md and "GDPR art. 17(1) erasure" in md
+    )  # the control map
     _, printed = audit_into(tmp_path / "revealed", bundle, "--reveal-target")
     revealed = tmp_path / "revealed"
     assert any(z in (revealed / "audit.json").read_text() for z in zs) and any(z in printed for z in zs)
