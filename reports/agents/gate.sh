@@ -8,6 +8,9 @@
 #   SUITE   builtin, bfcl-memory, ...   N  sessions per suite   MODEL  what eu-audit serve runs
 #   OUT     a folder: bundle, serve log, audit JSON, JUnit, the gate's output and exit code, timings
 #   K       (environment, default 5) samples per state for Leak@k
+#   SIGNING_KEY (environment, optional) an ed25519 PEM key: the audit also writes a signed forget receipt,
+#           OUT/receipt.json, checked at once with `eu-audit verify` against SIGNING_KEY's .pub.pem
+#   HINT    (environment, optional) 1: send the forget the sanitized text too (record --hint)
 #
 # Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
 set -uo pipefail
@@ -38,13 +41,19 @@ wait_for "$URL/eu-audit/v1/capabilities"
 start=$(date +%s)
 "$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --serve-control "$OUT/serve.control" \
   --suite "$SUITE" --n "$N" --seed 0 \
-  --k "${K:-5}" --out "$OUT/bundle.jsonl" --force > "$OUT/record.out" 2>&1
+  --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} > "$OUT/record.out" 2>&1
 rec=$?
 recorded=$(date +%s)
 "$BIN/eu-audit" audit "$OUT/bundle.jsonl" --json "$OUT/audit.json" --junit "$OUT/junit.xml" --force \
   --gate 'agent.leak_probes<=floor' --gate 'agent.leak5<=floor' --gate 'agent.cad<=floor' \
-  --gate 'agent.residue_context==0' --gate 'agent.residue_store==0' > "$OUT/gate.out" 2>&1
+  --gate 'agent.residue_context==0' --gate 'agent.residue_store==0' \
+  ${SIGNING_KEY:+--attest "$OUT/receipt.json" --signing-key "$SIGNING_KEY"} > "$OUT/gate.out" 2>&1
 code=$?
+if [ -n "${SIGNING_KEY:-}" ]; then
+  "$BIN/eu-audit" verify "$OUT/receipt.json" "$OUT/audit.json" "$OUT/bundle.jsonl" \
+    --key "${SIGNING_KEY%.pem}.pub.pem" > "$OUT/verify.out" 2>&1
+  echo "verify exit $?" >> "$OUT/verify.out"
+fi
 done_=$(date +%s)
 printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
   "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
