@@ -37,9 +37,10 @@ def post(url: str, body: dict[str, object]) -> dict[str, object]:
         return dict(json.loads(resp.read()))
 
 
-def start(model: str, log: Path | None) -> tuple[subprocess.Popen[bytes], str]:
+def start(model: str, log: Path | None, control: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     cmd = [sys.executable, "-m", "eu_audit.cli", "serve", "--model", model, "--port", str(port)]
+    cmd += ["--control-file", str(control)]
     if log is not None:
         cmd += ["--log", str(log)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -72,8 +73,8 @@ def main() -> None:
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        logged, logged_url = start(args.model, Path(tmp) / "serve.jsonl")
-        bare, bare_url = start(args.model, None)
+        logged, logged_url = start(args.model, Path(tmp) / "serve.jsonl", Path(tmp) / "a.control")
+        bare, bare_url = start(args.model, None, Path(tmp) / "b.control")
         times: dict[str, list[float]] = {"log": [], "no log": []}
         try:
             for i in range(args.requests + 1):  # the first pair warms both servers up
@@ -94,7 +95,7 @@ def main() -> None:
         n = 2000
         t0 = time.perf_counter()
         for _ in range(n):
-            log.add(entry)
+            log.add(**entry)
         per_entry = (time.perf_counter() - t0) / n
         log.close()
 

@@ -80,7 +80,7 @@ def test_the_serving_gate_reads_the_residue_and_a_served_audit_exits_by_it(
     record(RecordOptions(suite="builtin", n=1, model=FAST_MODEL, engine="openai", server=server, out=src))
     proc = run_cli(
         "audit", str(src), "-m", "b7", "--k", "1", "--max-tokens", "4", "--serving",
-        "--gate", "serving.reset_effective==1", "--gate", "b7.leak_any<=floor",
+        "--gate", "serving.reset_effective==1", "--gate", "b7.leak_any==0",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Serving layer" in proc.stdout
