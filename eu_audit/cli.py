@@ -1181,6 +1181,13 @@ def serve(
         float, typer.Option(min=1.0, help="Wall seconds per request, the wait for the model included.")
     ] = 300.0,
     force: Annotated[bool, typer.Option(help="Replace an existing --log file.")] = False,
+    repetition_guard: Annotated[
+        bool,
+        typer.Option(
+            help="Stop decoding that repeats one short pattern (48+ tokens, period <= 24): greedy small "
+            "models loop to the token cap otherwise. Logged as finish 'repetition'; clients see 'length'.",
+        ),
+    ] = True,
 ) -> None:
     """Serve the model the agent under test talks to: OpenAI-compatible /v1/chat/completions (with tools),
     /v1/completions, /v1/embeddings (MiniLM), /v1/models; /health and /eu-audit/v1/progress. Every request
@@ -1200,7 +1207,10 @@ def serve(
         check_output_path(log)
     check_output_path(control_file)
     limits = Limits(
-        max_body_bytes=int(max_body_mb * (1 << 20)), max_tokens=max_tokens, request_timeout_s=request_timeout
+        max_body_bytes=int(max_body_mb * (1 << 20)),
+        max_tokens=max_tokens,
+        request_timeout_s=request_timeout,
+        repetition_guard=repetition_guard,
     )
     _say(err, f"eu-audit serve: loading {upstream or model} ... (control secret: {control_file})")
     run_server(

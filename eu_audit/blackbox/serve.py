@@ -241,7 +241,7 @@ class Backend:
         segs: list[list[int]],
         max_tokens: int,
         sampling: Sampling,
-        cancelled: Callable[[], bool],
+        stop_early: Callable[[Sequence[int]], bool],
         deadline: float,
     ) -> tuple[list[int], int, int, str]:
         """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason). Waits for
@@ -257,7 +257,7 @@ class Backend:
             cached = self._load(segs)
             start = self.engine.offset
             gen = self.engine.decode(
-                max_tokens=max_tokens, stop_ids=self.stop_ids, sampling=sampling, cancelled=cancelled
+                max_tokens=max_tokens, stop_ids=self.stop_ids, sampling=sampling, stop_early=stop_early
             )
             self.engine.crop(start)  # the turn becomes a segment when the client sends it back
         finally:
@@ -289,6 +289,20 @@ def _validation_message(exc: ValidationError) -> str:
     return f"field '{where}': {err.get('msg')}"
 
 
+def runaway(tokens: Sequence[int], *, span: int = 48, max_period: int = 24) -> bool:
+    """The last tokens are one short pattern over and over: at least ``span`` tokens (and six turns of the
+    pattern) with a period of at most ``max_period``. Greedy decoding of a small model under a pinned
+    temperature falls into such loops and would decode to the token cap; no answer needs them."""
+    for period in range(1, max_period + 1):
+        n = max(span, 6 * period)
+        if len(tokens) < n:
+            break
+        tail = tokens[-n:]
+        if all(tail[i] == tail[i % period] for i in range(n)):
+            return True
+    return False
+
+
 @dataclass
 class Call:
     """One request in flight: why it may stop early, and what the log says of it."""
@@ -298,11 +312,24 @@ class Call:
     gone: threading.Event = field(default_factory=threading.Event)  # the client disconnected
     log: dict[str, Any] = field(default_factory=dict)
 
+    guard: bool = True  # stop a loop no agent asked for (``runaway``)
+    looped: bool = False
+
     def cancelled(self) -> bool:
         return self.gone.is_set() or self.stopping.is_set() or time.monotonic() > self.deadline
 
+    def stop_early(self, tokens: Sequence[int]) -> bool:
+        """Checked after each decoded token: the request was cancelled, or it is repeating itself."""
+        if self.cancelled():
+            return True
+        if self.guard and len(tokens) % 8 == 0 and runaway(tokens):
+            self.looped = True
+        return self.looped
+
     def finish(self, natural: str) -> str:
         """The finish reason: why decoding ended (a cut is never reported as a natural stop)."""
+        if self.looped:
+            return "repetition"
         if self.stopping.is_set():
             raise Refused(503, "the server is shutting down")
         if self.gone.is_set():
@@ -358,7 +385,11 @@ class Routes:
         from fastapi.responses import JSONResponse
 
         t0 = time.perf_counter()
-        call = Call(deadline=time.monotonic() + self.limits.request_timeout_s, stopping=self.stopping)
+        call = Call(
+            deadline=time.monotonic() + self.limits.request_timeout_s,
+            stopping=self.stopping,
+            guard=self.limits.repetition_guard,
+        )
         self.backend.requests += 1
         status, error = 200, ""
         try:
@@ -514,14 +545,15 @@ class Routes:
         except (AttributeError, TypeError) as exc:
             raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
         budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
-        ids, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.cancelled, call.deadline)
+        ids, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.stop_early, call.deadline)
         finish = call.finish(finish)
         text, calls = split_reply(b.text_of(ids))
+        shown = "length" if finish == "repetition" else finish
         b.generations.remember(text, calls, ids)
         usage = _usage(prompt_n, cached, len(ids))
         call.log.update(reply=text, tool_calls=calls, usage=usage, finish=finish)
         message = {"role": "assistant", "content": text or None, "tool_calls": calls or None}
-        choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else finish}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else shown}
         return {
             "id": f"chatcmpl-{b.requests}",
             "object": "chat.completion",
@@ -567,14 +599,15 @@ class Routes:
             b.engine is not None and len(segs) > 1
         ):  # each segment with its chat markers: which role carried what
             call.log["segments"] = [b.engine.tokenizer.decode(seg, skip_special_tokens=False) for seg in segs]
-        gen, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.cancelled, call.deadline)
+        gen, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.stop_early, call.deadline)
         finish = call.finish(finish)
         closing = b.closing_after_stop if finish == "stop" else b.closing
         stripped = gen[: len(gen) - len(closing)]
         text = b.text_of(stripped)
         usage = _usage(prompt_n, cached, len(stripped))
         call.log.update(reply=text, usage=usage, finish=finish)
-        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish}
+        shown = "length" if finish == "repetition" else finish
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": shown}
         if req.return_token_ids:
             choice["token_ids"] = stripped
         return {

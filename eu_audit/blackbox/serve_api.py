@@ -75,6 +75,7 @@ class Limits:
     max_body_bytes: int = 4 << 20  # a request body larger than this is refused (413)
     max_tokens: int = 1024  # completion tokens per request, after the context's own bound
     request_timeout_s: float = 300.0  # wall time per request, the wait for the engine included
+    repetition_guard: bool = True  # stop decoding that loops on one short pattern (logged: "repetition")
 
 
 # -- control (harness only) ---------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class KVEngine(Protocol):
         stop_ids: Sequence[int],
         sampling: Sampling,
         prefix_ids: Sequence[int] = (),
-        cancelled: Callable[[], bool] | None = None,
+        stop_early: Callable[[Sequence[int]], bool] | None = None,
     ) -> list[int]: ...
 
     def generate_turn(
@@ -360,7 +360,7 @@ class HFEngine:
         stop_ids: Sequence[int],
         sampling: Sampling,
         prefix_ids: Sequence[int] = (),
-        cancelled: Callable[[], bool] | None = None,
+        stop_early: Callable[[Sequence[int]], bool] | None = None,
     ) -> list[int]:
         """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
         included). The state is left token-by-token: call ``commit`` to make it canonical."""
@@ -377,7 +377,7 @@ class HFEngine:
         for i in range(max_tokens):
             tok = self._pick(logits, sampling, gen)
             out.append(tok)
-            if tok in stops or i == max_tokens - 1 or (cancelled is not None and cancelled()):
+            if tok in stops or i == max_tokens - 1 or (stop_early is not None and stop_early(out)):
                 break  # the last id is not fed here: commit feeds the whole turn
             logits = self._forward([tok])
         self.account.decoded += len(out)

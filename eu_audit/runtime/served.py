@@ -392,7 +392,7 @@ class OpenAIEngine:
         stop_ids: Sequence[int],
         sampling: Sampling,
         prefix_ids: Sequence[int] = (),
-        cancelled: Callable[[], bool] | None = None,
+        stop_early: Callable[[Sequence[int]], bool] | None = None,
     ) -> list[int]:
         """Generate after the state and a forced prefix; the state is left holding the prefix."""
         with self.slot.lock:  # the whole exchange: no other engine's request lands on the slot between
