@@ -338,7 +338,7 @@ def _record_agent(opts: Any) -> None:
         )
         store = "no dump" if r is None or r.store_items is None else f"{r.store_items_with_z}/{r.store_items}"
         forget = s.agent_forgets[0].status if s.agent_forgets else "-"
-        skipped = ", ".join(f"t{x.t} {x.kind}" for x in s.session.skipped) or "-"
+        skipped = "; ".join(f"t{x.t} {x.kind}: {x.reason}" for x in s.session.skipped) or "-"
         table.add_row(Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store)
     out.print(table)
     if not serve:

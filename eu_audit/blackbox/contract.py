@@ -19,6 +19,29 @@ An agent serves, on its own base URL:
 A capability an agent lacks makes the audits that need it "not measurable (agent lacks X)", never a
 pass. Keep the agent's model calls pointed at ``eu-audit serve`` (its ``OPENAI_BASE_URL``) so what
 reaches the model after the forget can be audited too.
+
+What each call means (what a stranger would otherwise have to guess):
+
+- ``reset(tenant)``: forget everything the tenant has, as if it never existed: every session, memory row,
+  history, summary, index entry. The harness calls it before each tenant's run; tenants never share state.
+- ``start(tenant, seed, tools)``: a new session of the tenant; it sees the tenant's memory (what the
+  agent keeps across sessions), not other sessions' transcripts unless the agent itself carries them over.
+  ``seed`` is the run's seed, for agents that sample on their own (most leave decoding to the model server,
+  which the harness pins); ``tools`` are the functions the harness will run when the agent calls them.
+- messages: ``role: user`` is the user speaking; ``role: tool`` answers a call the agent made
+  (``tool_call_id`` is that call's id) or, with ``tool_call_id: "scaffold-tN"``, brings a tool result the
+  scenario ran at step N without a call of the agent's. An agent that keeps an OpenAI-style history
+  records the latter as a user message or as an assistant tool call with that id followed by the result.
+- ``inject_memory(tenant, record)``: store the record in the tenant's long-term memory as the agent's own
+  memory write would; the episode's starting records come this way too, right after ``start``. The answer
+  is the agent's turn, if storing one makes it speak (often empty).
+- ``fork(session)``: a copy of the session to probe; what the copy does never changes the original. It
+  shares the tenant's memory as it was at the fork (a probe must see what a next turn would).
+- ``compact(session)``: the agent's own compaction or summary now; the answer's text is the summary.
+- ``forget(tenant, request)``: the agent's own forget for the target (and variants); ``hint`` may carry
+  the flagged observation. ``unsupported`` or ``error`` fails the run; ``partial`` is recorded as said.
+- ``dump(tenant)``: every place the agent keeps text for the tenant, one item per row or record, named by
+  store (memory rows, history or audit tables, summaries, checkpoints, vector payloads, graph nodes).
 """
 
 from __future__ import annotations

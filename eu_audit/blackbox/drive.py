@@ -20,6 +20,7 @@ read ``agent.leak_probes<=floor``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -228,6 +229,18 @@ class Driver:
             self.where(0, None, "start"),
             lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools),
         )
+        for item in self.ep.memory:  # records the tenant holds before the episode (never the target)
+            if not self.caps.memory_inject:
+                self.tx.skipped.append(
+                    SkippedStep(
+                        t=0, kind="memory", reason=f"agent lacks memory_inject: starting record {item.id}"
+                    )
+                )
+                continue
+            self.tx.add(BlockType.memory, 0, item.text)
+            rec = MemoryRecord(id=item.id, text=item.text)
+            inject = functools.partial(self.agent.inject_memory, self.tenant, rec)
+            self.reply(0, None, self.call(self.where(0, None, "memory"), inject))
 
     # -- the stream ----------------------------------------------------------------------------
     def reply(self, t: int, step: Step | None, turn: Turn, *, pending: bool = False) -> None:
@@ -314,7 +327,9 @@ class Driver:
                 )
                 self.observed[t] = (content, cf)
             self.tx.add(BlockType.tool_result, t, content, after=self.after)
-            msg = Message(role="tool", content=content, name=step.tool)
+            # the scaffold ran this tool, not the agent: no call of the agent's to answer, so it carries an id
+            # of its own (an OpenAI-style history needs one; see the contract)
+            msg = Message(role="tool", content=content, name=step.tool, tool_call_id=f"scaffold-t{t}")
             self.reply(
                 t,
                 step,
