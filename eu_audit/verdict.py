@@ -254,7 +254,12 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
 
     ds = [sign * (float(s.values[name] or 0.0) - reference(s)) for s in measured]
     identical = all(s.session_id in floor and _identical(s, floor[s.session_id]) for s in measured)
-    return Evidence(ds, [float(s.values[name] or 0.0) for s in measured], len(mine), identical)
+    # a session the metric does not apply to (avoid outside the preference suite) is not a missing one;
+    # one it could not be measured on (a reason is recorded) is
+    applies = [s for s in mine if s.values.get(name) is not None or name in s.unmeasured]
+    return Evidence(
+        ds, [float(s.values[name] or 0.0) for s in measured], max(len(applies), len(ds)), identical
+    )
 
 
 def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> GateResult:
