@@ -327,23 +327,26 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
     named = {subj["digest"]["sha256"]: subj["name"] for subj in stmt["subject"]}
     audit_name = stmt["predicate"]["configuration"][0]["name"]
     audit_file = None
+    checked = set()
     for f in files:  # every file given must be one of the receipt's subjects
         d = sha256_file(f)
         if d not in named:
             raise BadInput("is not a subject of this receipt (its sha256 matches none)", path=str(f))
+        checked.add(d)
         lines.append(f"subject {named[d]}: matches {f}")
         audit_file = f if named[d] == audit_name else audit_file
-    checked = {sha256_file(f) for f in files}
     lines += [
         f"subject {n}: not checked (its file was not given)" for d, n in named.items() if d not in checked
     ]
     if audit_file is None:
         raise BadInput(
-            f"give the audit JSON the receipt names ({audit_name}): its rows are what the verdict is "
-            "recomputed from",
+            f"give the file the receipt's verdict is recomputed from ({audit_name})",
             path=str(receipt),
             field="subject",
         )
+    annotations = stmt["predicate"]["configuration"][0]["annotations"]
+    if "rules" not in annotations:  # a per-session receipt of unlearn: its state is in the output bundle
+        return _verify_forget(stmt, audit_file, lines)
     report = read_report(audit_file)
     recorded = stmt["predicate"]["configuration"][0]["annotations"]["rules"]
     rules = [r["rule"] for r in recorded if r["rule"] != "no errored states"]
@@ -379,3 +382,23 @@ def limits(report: AuditReport) -> list[str]:
     n = len({s.session_id for s in report.states})
     out.append(f"anything beyond the {n} session(s) audited (see each rule's n and bound)")
     return out
+
+
+def _verify_forget(stmt: dict[str, Any], out_bundle: Path, lines: list[str]) -> Verification:
+    """An ``unlearn --attest`` receipt: the session's receipt in the output bundle says the same."""
+    from eu_audit.bundle.io import read_bundle
+
+    pred = stmt["predicate"]
+    test = next(iter(pred["passedTests"] or pred["failedTests"]), "")
+    sid = test.split(":")[0]
+    trace = read_bundle(out_bundle).session(sid)
+    clean = bool(trace.receipts) and trace.receipts[0].clean
+    follows = pred["result"] == ("PASSED" if clean else "FAILED")
+    lines.append(
+        f"verdict: {pred['result']}, "
+        + ("follows from" if follows else "does NOT follow from")
+        + f" session {sid}'s receipt in {out_bundle} (re-read)"
+    )
+    lines += [f"proves: {c}" for c in pred["configuration"][0]["annotations"]["controls_measured"]]
+    lines.append("does not prove: that the method's state equals a reference (audit it for that)")
+    return Verification(True, follows, lines)

@@ -216,6 +216,9 @@ def test_unlearn_writes_a_signed_receipt_per_session_that_holds_no_target(
         Envelope.from_dict(copy.deepcopy(env)).verify([load_public_key(pub)], 1)
         results[r.name] = json.loads(base64.b64decode(env["payload"]))["predicate"]["result"]
     assert results == {"s0.b0.receipt.json": "FAILED", "s0.b7.receipt.json": "PASSED"}
+    out = tmp_path / "out.jsonl"
+    proc = run_cli("verify", str(receipts[1]), str(out), str(tiny_bundle_for_receipts), "--key", str(pub))
+    assert proc.returncode == 0 and "follows from session s0/b7" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")
