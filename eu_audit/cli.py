@@ -803,19 +803,15 @@ def audit(
     check_rules(gate or [], plan.methods, plan.suites)
     with _progress() as report:
         rep = run_audit(bundle_path, opts, progress=report)
-    if not reveal_target:
-        from eu_audit.evidence import mask_for
+    from eu_audit.evidence import mask_for
 
-        rep = mask_for(bundle_path).report(rep)
+    mask = mask_for(bundle_path)  # the bundle's targets and salt, read once
+    if not reveal_target:
+        rep = mask.report(rep)
     receipt = None
     if attest is not None:
         assert json_path is not None and signing_key is not None
-        receipt = (
-            attest,
-            signing_key,
-            [bundle_path, *(subject or [])],
-            mask_for(bundle_path).variant_digests(),
-        )
+        receipt = (attest, signing_key, [bundle_path, *(subject or [])], mask.variant_digests())
     _gate(
         rep,
         gate or [],

@@ -27,6 +27,7 @@ chunk, decodes, and crops back, so the answer to a request depends only on its s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import os
@@ -128,8 +129,6 @@ class RequestLog:
         self.path = path
         if path is not None:
             self._file = os.fdopen(open_log(path, force=force), "w", encoding="utf-8")
-        import hashlib
-
         self._digest = hashlib.sha256()
 
     def add(self, **fields: Any) -> dict[str, Any]:
