@@ -15,7 +15,8 @@ import time
 
 import torch
 
-from eu_audit.runtime.engine import HFEngine, Sampling, bare_decode_loop
+from eu_audit.engines import Sampling
+from eu_audit.engines.hf import HFEngine, bare_decode_loop
 from eu_audit.runtime.models import load_model
 
 PROMPT = (

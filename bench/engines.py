@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
-from eu_audit.runtime.engine import HFEngine, Sampling, bare_decode_loop
-from eu_audit.runtime.llamacpp import LlamaCppEngine, bare_generate, wheel_version
+from eu_audit.engines import Sampling
+from eu_audit.engines.hf import HFEngine, bare_decode_loop
+from eu_audit.engines.llamacpp import LlamaCppEngine, bare_generate, wheel_version
 from eu_audit.runtime.models import load_gguf_model, load_model
 
 PROMPT = (

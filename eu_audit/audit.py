@@ -19,40 +19,30 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 from pydantic import ValidationError
 
 from eu_audit.audits.leakage import artifact_leak
-from eu_audit.audits.metric import METRICS
 from eu_audit.audits.metrics import (
-    attacked,
-    cad,
-    ngram_distance,
     picked,
-    token_agreement,
-    tool_consistency,
-    tool_distribution,
-    total_variation,
-    utility,
 )
-from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, ProbeOutcome, StateAudit
+from eu_audit.audits.model import FLOOR, SERVING, AuditReport, ProbeOutcome, StateAudit
 from eu_audit.audits.probes import Ask, Probe, ProbeRunner, load_probes, task_request
-from eu_audit.bundle.io import file_digest, read_bundle
+from eu_audit.audits.scoring import Evidence, score
+from eu_audit.bundle.io import read_bundle
+from eu_audit.engines import KVEngine, Sampling
 from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.runtime.agent import derive_seed
-from eu_audit.runtime.engine import KVEngine, Sampling
 from eu_audit.runtime.memory import memory_text
 from eu_audit.runtime.models import LoadedModel
-from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
+from eu_audit.summary import summarise
 from eu_audit.trace.session import Bundle, SessionTrace
 from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
 
 Progress = Callable[[str, int, int], None]
 #: metrics that compare a state with B5's: not measured without the floor
-FLOOR_RELATIVE = ("cad", "agreement", "tool_consistency", "tool_tv", "ngram", "embed")
 
 
 @dataclass
@@ -146,18 +136,7 @@ def audit(
 
     bundle, unlearned = ensure_post_forget(path, opts, the_engine, progress)
     if bundle.header.engine == "agent":  # a black-box run: everything is in the bundle, no model runs
-        from eu_audit.blackbox.audit import agent_states
-
-        if opts.serving:
-            raise BadInput("--serving audits a served engine's cache; a black-box bundle has no engine")
-        agent, opts.k, opts.temperature = agent_states(bundle)
-        probe_ids = [p.id for p in load_probes()]
-        report = summarise(
-            bundle, path, None, bundle.header.model.name, opts, probe_ids, agent, bundle.sessions
-        )
-        report.engine = "agent"
-        report.cost = {"wall_s": round(time.perf_counter() - t0, 1), "engine": "agent (no model runs)"}
-        return report
+        return _audit_agent_run(bundle, path, opts, t0)
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     sessions = [
         s
@@ -173,10 +152,49 @@ def audit(
     runner = ProbeRunner.for_engine(eng)
     probes = load_probes()
     # batched and one-by-one branches sample differently: results of one are never resumed by the other
-    branches = "batched" if getattr(eng, "decode_branches", None) else "one by one"
+    branches = "batched" if eng.abilities.batched_branches else "one by one"
     progress_file = _ProgressFile(Path(unlearned or path), bundle.digest or "", opts, branches)
     done = progress_file.load()
-    builder = StateBuilder(eng)
+    states = _audit_states(sessions, runner, probes, opts, progress_file, done, progress)
+    if opts.serving:
+        # the recording holds the observation that carried z; states that kept it (B0, B1, B8) do too
+        carriers = [*(read_bundle(path).sessions if unlearned is not None else []), *bundle.sessions]
+        states += serving_states(eng, carriers, progress)
+    if progress:
+        progress("statistics", len(sessions), len(sessions))
+    report = summarise(
+        bundle, path, unlearned, eng.loaded.name, opts, [p.id for p in probes], states, sessions
+    )
+    report.engine = eng.name
+    report.cost = _cost(states, eng.name, branches, len(done), time.perf_counter() - t0)
+    return report
+
+
+def _audit_agent_run(bundle: Bundle, path: Path, opts: AuditOptions, t0: float) -> AuditReport:
+    """A black-box bundle: every figure from what the run recorded; the same summary as white-box."""
+    from eu_audit.blackbox.audit import agent_states
+
+    if opts.serving:
+        raise BadInput("--serving audits a served engine's cache; a black-box bundle has no engine")
+    agent, opts.k, opts.temperature = agent_states(bundle)
+    probe_ids = [p.id for p in load_probes()]
+    report = summarise(bundle, path, None, bundle.header.model.name, opts, probe_ids, agent, bundle.sessions)
+    report.engine = "agent"
+    report.cost = {"wall_s": round(time.perf_counter() - t0, 1), "engine": "agent (no model runs)"}
+    return report
+
+
+def _audit_states(
+    sessions: Sequence[SessionTrace],
+    runner: ProbeRunner,
+    probes: Sequence[Probe],
+    opts: AuditOptions,
+    progress_file: _ProgressFile,
+    done: dict[tuple[str, str], StateAudit],
+    progress: Progress | None,
+) -> list[StateAudit]:
+    """Every state's audit, in the sessions' order; finished ones are resumed from the progress file."""
+    builder = StateBuilder(runner.engine)
     # one session's states one after another: they share every segment before tau, which stays cached
     order = sorted(range(len(sessions)), key=lambda j: _session_key(sessions[j])[0])
     by_index: dict[int, StateAudit] = {}
@@ -194,32 +212,25 @@ def audit(
             st.audit_s = round(time.perf_counter() - started, 3)
             progress_file.append(st)
         by_index[j] = st
-    states = [by_index[j] for j in range(len(sessions))]
-    if opts.serving:
-        # the recording holds the observation that carried z; states that kept it (B0, B1, B8) do too
-        carriers = [*(read_bundle(path).sessions if unlearned is not None else []), *bundle.sessions]
-        states += serving_states(eng, carriers, progress)
-    if progress:
-        progress("statistics", len(sessions), len(sessions))
-    report = summarise(
-        bundle, path, unlearned, eng.loaded.name, opts, [p.id for p in probes], states, sessions
-    )
-    report.engine = eng.name
-    wall = time.perf_counter() - t0
+    return [by_index[j] for j in range(len(sessions))]
+
+
+def _cost(
+    states: Sequence[StateAudit], engine: str, branches: str, resumed: int, wall: float
+) -> dict[str, Any]:
+    """What the audit cost: the whole job, resumed parts included (each method's ledger, each audit)."""
     n_sessions = len({s.session_id for s in states}) or 1
-    report.cost = {
+    return {
         "wall_s": round(wall, 1),
-        "engine": eng.name,
+        "engine": engine,
         "cores": os.cpu_count() or 0,
         "states": len(states),
-        "resumed_states": len(done),
+        "resumed_states": resumed,
         "branches": branches,
-        # the whole job, resumed parts included: each method's own time (its ledger) and each audit's
         "methods_s": round(sum(st.values.get("wall_s") or 0.0 for st in states), 1),
         "audit_s": round(sum(st.audit_s or 0.0 for st in states), 1),
         "wall_s_per_session": round(wall / n_sessions, 1),
     }
-    return report
 
 
 class _ProgressFile:
@@ -273,7 +284,7 @@ def serving_states(
     """Serving-layer residue per session, from a state that still holds the carrying observation (the
     recording, or the B0 / B1 / B8 state that keeps it), as the pseudo-method ``serving``."""
     from eu_audit.audits.serving import measure
-    from eu_audit.runtime.served import OpenAIEngine
+    from eu_audit.engines.served import OpenAIEngine
 
     if not isinstance(engine, OpenAIEngine):
         raise BadInput(
@@ -357,23 +368,8 @@ def audit_state(
             for text, gen in runner.ask_all(asks):
                 st.floor_samples.append(text)
                 st.floor_sample_ids.append(gen)
-        excluded = ep.meta.get("excluded")
-        valid = [c for c in st.choices if c is not None]
-        ledger = trace.ledgers[-1] if trace.ledgers else None
         st.action_sinks = {k: len(v) for k, v in art.action.items()}
-        st.values = {
-            "leak_exact": float(bool(art.exact)),
-            "leak_action": float(bool(art.action)),
-            "leak_any": float(art.any),
-            "leak5": float(any(matcher.found_in(t) for t in st.samples)),
-            "utility": utility(trace),
-            "attacked": attacked(trace),
-            "avoid": (sum(c != excluded for c in valid) / len(valid)) if valid and excluded else None,
-            "says_it": float(art.any or any(p.leaked for p in st.probes)) if excluded else None,
-            "recomputed": float(ledger.tokens_prefilled + ledger.tokens_decoded) if ledger else None,
-            "decoded": float(ledger.tokens_decoded) if ledger else None,
-            "wall_s": ledger.wall_s if ledger else None,
-        }
+        score(st, Evidence("white", trace, matcher, art, st.probes, st.samples, st.choices))
     except EuAuditError:
         raise
     except Exception as exc:  # fail closed: recorded as an error, counted as a failure
@@ -396,191 +392,3 @@ def memory_context(runner: ProbeRunner, trace: SessionTrace, builder: StateBuild
     if records:
         text = memory_text([(m.id, m.text) for m in records])
         builder.extend(runner.encode(runner.chat.message("system", text)))
-
-
-def _mean(xs: Sequence[float | None]) -> float | None:
-    vals = [x for x in xs if x is not None]
-    return fmean(vals) if vals else None
-
-
-def _floor_relative(st: StateAudit, ref: StateAudit, mine: SessionTrace, ref_trace: SessionTrace) -> None:
-    from eu_audit.audits.embed import embedding_distance
-
-    st.values["cad"] = cad(mine, ref_trace, mine.session.episode.tau)
-    st.values["agreement"] = token_agreement(st.sample_ids, ref.sample_ids)
-    if st.values["agreement"] is None and st.samples:
-        st.unmeasured["agreement"] = "not measurable: the samples carry no token ids (a black-box agent)"
-    st.values["tool_consistency"] = tool_consistency(st.samples, ref.samples)
-    st.values["tool_tv"] = total_variation(tool_distribution(st.samples), tool_distribution(ref.samples))
-    st.values["ngram"] = ngram_distance(st.samples, ref.samples)
-    st.values["embed"] = embedding_distance(st.samples, ref.samples)
-
-
-def summarise(
-    bundle: Bundle,
-    path: Path,
-    unlearned: Path | None,
-    model: str,
-    opts: AuditOptions,
-    probes_ids: list[str],
-    states: list[StateAudit],
-    sessions: list[SessionTrace],
-) -> AuditReport:
-    suites = sorted({s.suite for s in states})
-    by_key = {(s.session_id, s.method): s for s in states}
-    traces = {(t.session.parent_session or t.session_id, t.session.method or "recorded"): t for t in sessions}
-    dropped = drop_probes(states, probes_ids)
-    for st in states:
-        if st.error:
-            continue
-        ref = by_key.get((st.session_id, FLOOR))
-        ref_trace = traces.get((st.session_id, FLOOR))
-        mine = traces.get((st.session_id, st.method))
-        if not opts.floor or ref is None or ref.error or ref_trace is None or mine is None:
-            for m in FLOOR_RELATIVE:
-                st.values.pop(m, None)
-                st.unmeasured[m] = "not measured: no B5 floor state for this session"
-            continue
-        _floor_relative(st, ref, mine, ref_trace)
-    methods = method_order(states)
-    return AuditReport(
-        bundle=str(path),
-        bundle_digest=file_digest(path),
-        unlearned=str(unlearned) if unlearned else None,
-        model=model,
-        model_digest=bundle.header.model.weight_digest,
-        engine_facts=dict(bundle.header.engine_facts),
-        seed=opts.seed,
-        k=opts.k,
-        temperature=opts.temperature,
-        margin=opts.margin,
-        alpha=opts.alpha,
-        floor=opts.floor,
-        methods=methods,
-        suites=suites,
-        probes=probes_ids,
-        probes_dropped=dropped,
-        floor_self=floor_self_of(states),
-        states=states,
-        cells=cells_of(states, methods, opts.margin, opts.floor),
-        errors=sum(1 for s in states if s.error),
-    )
-
-
-def method_order(states: Sequence[StateAudit]) -> list[str]:
-    from eu_audit.methods import ORDER
-
-    return sorted(
-        dict.fromkeys(s.method for s in states),
-        key=lambda m: (m not in ORDER, ORDER.index(m) if m in ORDER else 0, m),
-    )
-
-
-def drop_probes(states: Sequence[StateAudit], probes_ids: Sequence[str]) -> dict[str, list[str]]:
-    """Per suite, the probes that leak on the floor itself (dropped); every state's Leak@probes over the
-    kept ones. Over all the run's sessions: merged shards drop what one run would."""
-    dropped: dict[str, list[str]] = {}
-    for suite in sorted({s.suite for s in states}):
-        floor_states = [s for s in states if s.suite == suite and s.method == FLOOR and not s.error]
-        dropped[suite] = [
-            p for p in probes_ids if any(o.leaked for s in floor_states for o in s.probes if o.probe == p)
-        ]
-    for st in states:
-        if not st.error:
-            kept = [o for o in st.probes if o.probe not in dropped.get(st.suite, [])]
-            st.values["leak_probes"] = float(any(o.leaked for o in kept))
-    return dropped
-
-
-def floor_self_of(states: Sequence[StateAudit]) -> dict[str, dict[str, float | None]]:
-    """Per suite, B5 against itself under other seeds: the sampling floor."""
-    from eu_audit.audits.embed import embedding_distance
-
-    out: dict[str, dict[str, float | None]] = {}
-    for suite in sorted({s.suite for s in states}):
-        refs = [
-            s for s in states if s.suite == suite and s.method == FLOOR and not s.error and s.floor_samples
-        ]
-        if refs:
-            out[suite] = {
-                "ngram": _mean([ngram_distance(r.samples, r.floor_samples) for r in refs]),
-                "embed": _mean([embedding_distance(r.samples, r.floor_samples) for r in refs]),
-                "tool_tv": _mean(
-                    [
-                        total_variation(tool_distribution(r.samples), tool_distribution(r.floor_samples))
-                        for r in refs
-                    ]
-                ),
-                "agreement": _mean([token_agreement(r.sample_ids, r.floor_sample_ids) for r in refs]),
-            }
-    return out
-
-
-def cells_of(states: Sequence[StateAudit], methods: Sequence[str], margin: float, floor: bool) -> list[Cell]:
-    suites = sorted({s.suite for s in states})
-    return [_cell(m, suite, list(states), margin, floor) for m in methods for suite in [*suites, "all"]]
-
-
-def _cell(method: str, suite: str, states: list[StateAudit], margin: float, with_floor: bool) -> Cell:
-    def pick(m: str) -> list[StateAudit]:
-        return [s for s in states if s.method == m and (suite == "all" or s.suite == suite)]
-
-    mine = pick(method)
-    ok = [s for s in mine if not s.error]
-    floor_by = {s.session_id: s for s in pick(FLOOR) if not s.error} if with_floor else {}
-    values: dict[str, float | None] = {}
-    floor_vals: dict[str, float | None] = {}
-    p: dict[str, float | None] = {}
-    tost: dict[str, float | None] = {}
-    unmeasured: dict[str, str] = {}
-    for m in METRICS.in_order():
-        values[m.name] = _mean([s.values.get(m.name) for s in ok])
-        floor_vals[m.name] = _mean([s.values.get(m.name) for s in floor_by.values()])
-        if values[m.name] is None:
-            reasons = sorted({s.unmeasured[m.name] for s in ok if m.name in s.unmeasured})
-            if reasons:
-                unmeasured[m.name] = "; ".join(reasons)
-        pairs = [
-            (s.values.get(m.name), floor_by[s.session_id].values.get(m.name))
-            for s in ok
-            if s.session_id in floor_by
-        ]
-        pairs_f = [(a, b) for a, b in pairs if a is not None and b is not None]
-        if method == FLOOR or not pairs_f:
-            p[m.name], tost[m.name] = None, None
-            continue
-        xs, ys = [a for a, _ in pairs_f], [b for _, b in pairs_f]
-        if m.binary:
-            p[m.name] = mcnemar_exact([x > 0 for x in xs], [y > 0 for y in ys]).p
-        else:
-            p[m.name] = wilcoxon_paired(xs, ys)
-        tost[m.name] = tost_paired(xs, ys, margin)
-    return Cell(
-        method=method,
-        suite=suite,
-        n=len(mine),
-        errors=len(mine) - len(ok),
-        values=values,
-        floor=floor_vals,
-        p=p,
-        tost=tost,
-        unmeasured=unmeasured,
-    )
-
-
-def audit_rows(report: AuditReport) -> list[dict[str, Any]]:
-    """One flat row per state (session x method) with every metric, for analysis as a data set."""
-    rows = []
-    for st in report.states:
-        row: dict[str, Any] = {
-            "session_id": st.session_id,
-            "episode_id": st.episode_id,
-            "suite": st.suite,
-            "method": st.method,
-            "error": st.error or "",
-        }
-        for m in METRICS.in_order():
-            v = st.values.get(m.name)
-            row[m.name] = None if v is None else float(v)
-        rows.append(row)
-    return rows

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from eu_audit.errors import BadInput
 from eu_audit.matching import contains_target
-from eu_audit.runtime.blocks import MODEL_DERIVED, BlockType, RuntimeBlock
+from eu_audit.trace.blocks import MODEL_DERIVED, BlockType, RuntimeBlock
 
 #: Block types through which a target can *enter* a session (external observations).
 ENTRY_TYPES = frozenset({BlockType.memory, BlockType.user, BlockType.tool_result, BlockType.system})

@@ -14,12 +14,13 @@ from pathlib import Path
 from eu_audit import __version__
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.engines import AUTO, KVEngine, open_engine
+from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path, temp_beside
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
-from eu_audit.runtime.engine import AUTO, KVEngine, open_engine
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import DEFAULT_MODEL, LoadedModel
 from eu_audit.shards import Shard
@@ -42,7 +43,7 @@ class RecordOptions:
     temperature: float = 0.0
     max_tokens: int = 48
     dtype: str = "float32"
-    engine: str = AUTO  # llamacpp for models shipped as GGUF, hf otherwise (runtime.engine.resolve_engine)
+    engine: str = AUTO  # llamacpp for models shipped as GGUF, hf otherwise (engines.resolve_engine)
     server: str | None = None  # the openai engine's server
     concurrency: int = 1  # sessions in flight at once (served engines only)
     state_dir: Path | None = None  # memory store + outbox; default: <out>.state/
@@ -123,8 +124,8 @@ def _concurrently(
     """Sessions in parallel threads, each on its own client-side state; the server batches them. On a
     llama.cpp server each session in flight owns one slot (its --parallel), since the canonical served
     schedule needs to know what its slot holds."""
-    pinned = getattr(engine, "schedule", "plain") == "canonical"
-    workers = min(concurrency, getattr(engine, "slots", concurrency)) if pinned else concurrency
+    pinned = isinstance(engine, OpenAIEngine) and engine.schedule == "canonical"
+    workers = min(concurrency, engine.slots) if isinstance(engine, OpenAIEngine) and pinned else concurrency
     free: queue.Queue[int | None] = queue.Queue()
     for slot in range(workers):
         free.put(slot if pinned else None)
@@ -132,7 +133,7 @@ def _concurrently(
     def task(i: int, ep: Episode) -> SessionTrace:
         slot = free.get()
         try:
-            return run_one(i, ep, engine.sibling(id_slot=slot))  # type: ignore[call-arg]
+            return run_one(i, ep, engine.sibling(id_slot=slot))
         finally:
             free.put(slot)
 
@@ -188,9 +189,9 @@ def record(
         loaded=loaded,
         **({"server": opts.server} if opts.server else {}),
     )
-    if opts.kv_sidecar and not hasattr(engine, "kv_tensors"):
+    if opts.kv_sidecar and not engine.abilities.kv_tensors:
         raise BadInput(f"--kv-sidecar needs KV tensors; engine '{engine.name}' holds none (use --engine hf)")
-    if opts.concurrency > 1 and not getattr(engine, "concurrent", False):
+    if opts.concurrency > 1 and not engine.abilities.concurrent_sessions:
         raise BadInput(
             f"--concurrency needs a served engine (--engine openai); '{engine.name}' runs one session"
         )
@@ -214,7 +215,7 @@ def record(
             agent.step(step)
             counter.tick(f"{sid} {ep.id}")
         if opts.kv_sidecar:
-            kv.update({f"{sid}.{k}": v for k, v in eng.kv_tensors().items()})  # type: ignore[attr-defined]
+            kv.update({f"{sid}.{k}": v for k, v in eng.kv_tensors().items()})
         return agent.trace()
 
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from eu_audit.checkpoints import Checkpoint
 from eu_audit.runtime.agent import Agent
-from eu_audit.runtime.blocks import MODEL_DERIVED
+from eu_audit.trace.blocks import MODEL_DERIVED
 from eu_audit.trace.session import SessionTrace
 
 

@@ -137,8 +137,8 @@ SAME_AUDIT = (
 def merge_reports(paths: Sequence[Path]) -> Any:
     """Shard audits -> the audit of the union of their sessions: states joined, probes dropped, floors,
     cells and p-values recomputed over all of them, exactly as one run on the same sessions would."""
-    from eu_audit.audit import cells_of, drop_probes, floor_self_of, method_order
     from eu_audit.audits.model import read_report
+    from eu_audit.summary import cells_of, drop_probes, floor_self_of, method_order
 
     if len(paths) < 2:
         raise BadInput("merge needs at least two files")

@@ -15,13 +15,13 @@ from typing import TypeVar
 from eu_audit.bundle.io import read_bundle, write_bundle
 from eu_audit.bundle.validate import check_tokens
 from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.engines import ENGINES, KVEngine, abilities_of, open_engine
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
-from eu_audit.methods import METHODS, ORDER, ForgetContext, apply_method
+from eu_audit.methods import METHODS, ForgetContext, all_methods, apply_method
 from eu_audit.runtime.agent import AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
-from eu_audit.runtime.engine import KVEngine, open_engine
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace.records import ForgetRequest, LedgerRecord, Occurrence, ReceiptRecord
@@ -32,15 +32,16 @@ Progress = Callable[[str, int, int], None]
 
 def parse_methods(spec: Sequence[str], engine: str | None = None) -> list[str]:
     """``["b7"]``, ``["b0,b5,b7"]`` or ``["all"]`` -> method names, validated against the registry.
-    With ``engine``, ``all`` means every method that engine can run (span-only excision needs hf); a
-    method named explicitly is kept, and ``check_engine`` refuses it if it cannot run."""
+    With ``engine``, ``all`` means every method that engine can run (span-only excision needs the
+    ``excise`` ability); a method named explicitly is kept, and ``check_engine`` refuses it if it cannot
+    run."""
     names: list[str] = []
     for item in spec:
         for name in (p.strip().lower() for p in item.split(",")):
             if not name:
                 continue
             if name == "all":
-                names += [m for m in ORDER if m not in names and runs_on(m, engine)]
+                names += [m for m in all_methods() if m not in names and runs_on(m, engine)]
                 continue
             METHODS.get(name)  # BadInput naming the known methods
             if name not in names:
@@ -51,18 +52,19 @@ def parse_methods(spec: Sequence[str], engine: str | None = None) -> list[str]:
 
 
 def runs_on(method: str, engine: str | None) -> bool:
-    allowed = METHODS.get(method).engines
-    return engine is None or allowed is None or engine in allowed
+    return engine is None or METHODS.get(method).runs_on(abilities_of(engine))
 
 
 def check_engine(names: Sequence[str], engine: str) -> None:
     """Refuse, before any compute, a method the engine cannot run (excision needs KV tensors)."""
+    abilities = abilities_of(engine)
     for name in names:
         spec = METHODS.get(name)
-        if spec.engines is not None and engine not in spec.engines:
+        if not spec.runs_on(abilities):
+            able = [e for e, cls in ENGINES.items() if spec.runs_on(cls.abilities)]
             raise BadInput(
-                f"method '{name}' needs the {' or '.join(sorted(spec.engines))} engine (it edits KV "
-                f"tensors); this bundle runs on '{engine}'. Record with --engine hf to run it"
+                f"method '{name}' needs an engine that can {', '.join(sorted(spec.needs))} (engines: "
+                f"{', '.join(able) or 'none'}); this bundle runs on '{engine}'. Record on one of those"
             )
 
 
@@ -111,15 +113,7 @@ def check_bundle_model(bundle: Bundle, engine: KVEngine) -> None:
                 field=fld,
             )
     tok = engine.tokenizer
-    check_tokens(bundle, tok, vocab_size(engine))
-
-
-def vocab_size(engine: KVEngine) -> int:
-    """The model's vocabulary: llama.cpp's count, the HF config's, or the tokenizer's for a served model."""
-    n = getattr(engine, "n_vocab", None)
-    if n is None and engine.loaded.model is not None:
-        n = getattr(engine.loaded.model.config, "vocab_size", None)
-    return int(n) if n else len(engine.tokenizer)
+    check_tokens(bundle, tok, engine.vocab_size)
 
 
 def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> ReceiptRecord:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
+from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode
 from eu_audit.runtime.agent import Agent, AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
-from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace.records import SinkPolicy
@@ -51,7 +51,7 @@ def kv_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 def turn_ids(agent: Agent) -> list[list[int]]:
-    from eu_audit.runtime.blocks import MODEL_DERIVED
+    from eu_audit.trace.blocks import MODEL_DERIVED
 
     return [b.token_ids for b in agent.blocks if b.type in MODEL_DERIVED and b.token_span is not None]
 
@@ -75,7 +75,7 @@ def http_process(
 ) -> Iterator[str]:
     """A server in a child process (``argv`` gets ``--port P``), real HTTP on loopback; yields its URL once
     ``health`` answers. Its output is shown if it dies before that."""
-    from eu_audit.runtime.llamacpp_server import free_port
+    from eu_audit.engines.llamacpp_server import free_port
 
     port = free_port()
     with tempfile.TemporaryFile() as log:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from eu_audit.checkpoints import CheckpointPolicy, CheckpointReason
+from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode, Step
 from eu_audit.matching import contains_target
-from eu_audit.runtime.blocks import BlockType
-from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.models import LoadedModel
+from eu_audit.trace.blocks import BlockType
 
 from .helpers import kv_equal, make_agent, turn_ids
 

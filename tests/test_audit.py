@@ -16,11 +16,12 @@ from eu_audit.audits.metrics import cad, picked, token_agreement, total_variatio
 from eu_audit.audits.model import AuditReport
 from eu_audit.audits.probes import Ask, ProbeRunner, load_probes
 from eu_audit.bundle.io import read_bundle
+from eu_audit.engines import Sampling
+from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import BadInput
 from eu_audit.gate import evaluate, parse_rule
 from eu_audit.matching import TargetMatcher
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.engine import HFEngine, Sampling
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace import rebuild_state
 from eu_audit.trace.state import StateBuilder

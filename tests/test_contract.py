@@ -116,7 +116,7 @@ def test_unlearn_refuses_an_outbox_that_does_not_exist(tiny_states: Path, tmp_pa
 def test_audit_loads_the_model_once_at_the_bundles_dtype(
     tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eu_audit.runtime.engine as engine_mod
+    import eu_audit.engines.base as engine_mod
     from eu_audit.runtime.models import load_model
 
     src = tmp_path / "trace.jsonl"
@@ -187,3 +187,45 @@ def test_the_audit_json_says_what_it_cost(tiny: LoadedModel, tiny_states: Path) 
     rep = audit(tiny_states, AuditOptions(methods=["b7"], k=1, max_tokens=4), loaded=tiny)
     assert rep.cost["engine"] == "hf" and float(rep.cost["wall_s"]) >= 0
     assert json.loads(rep.model_dump_json())["cost"]["cores"] >= 1
+
+
+def test_the_agent_contract_is_one_table_its_docs_server_and_client_are_made_from() -> None:
+    import threading
+    import time
+
+    import uvicorn
+
+    from eu_audit.blackbox import contract
+    from eu_audit.blackbox.adapter import AgentUnreachable, HttpAgent
+    from eu_audit.blackbox.agent_server import create_agent_app
+    from eu_audit.engines.llamacpp_server import free_port
+
+    from .scripted_agents import naive
+
+    assert contract.markdown_table() in (contract.__doc__ or "")  # the docs cannot drift from the table
+    schema = contract.json_schema()["endpoints"]
+    assert [(e["op"], e["method"], e["path"]) for e in schema] == [
+        (e.op, e.method, contract.PREFIX + e.path) for e in contract.ENDPOINTS
+    ]
+    app = create_agent_app(naive())
+    served = {(m, r.path.replace(":path}", "}")) for r in app.routes for m in getattr(r, "methods", ())}
+    assert {(e.method, contract.PREFIX + e.path) for e in contract.ENDPOINTS} <= served
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        client = HttpAgent(f"http://127.0.0.1:{port}")  # every call's verb, path and answer from the table
+        assert client.capabilities().store_dump
+        sid = client.start("t/1", seed=0, tools=[])  # a tenant with a slash is one path segment
+        assert "Alice" in client.send(sid, contract.Message(role="user", content="I am Alice")).text
+        client.inject_memory("t/1", contract.MemoryRecord(id="m1", text="Alice likes tea"))
+        assert client.forget("t/1", contract.ForgetRequest(target="Alice")).status == "ok"
+        assert len(client.dump("t/1").items) == 2  # the naive forget kept both
+        client.reset("t/1")
+        assert client.dump("t/1").items == []
+        with pytest.raises(AgentUnreachable, match="lacks POST /eu-audit/v1/sessions/.*/fork"):
+            client.fork(sid)  # an optional call the agent lacks: 501, named
+    finally:
+        server.should_exit = True

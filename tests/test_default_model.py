@@ -10,7 +10,7 @@ import pytest
 
 from eu_audit.bundle.io import read_bundle
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.blocks import BlockType
+from eu_audit.trace.blocks import BlockType
 
 
 @pytest.mark.slow

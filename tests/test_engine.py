@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from eu_audit.engines import Sampling
+from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import CropUnsupported
-from eu_audit.runtime.engine import HFEngine, Sampling
 from eu_audit.runtime.models import LoadedModel
 
 from .helpers import kv_equal

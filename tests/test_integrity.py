@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from eu_audit.bundle.io import read_bundle
+from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer, interrupt_on_sigterm, parse_line, sweep_stale_temps
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.models import TINY_MODEL, LoadedModel, prepare, resolve_model
 
 from .helpers import run_cli

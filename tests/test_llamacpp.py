@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from eu_audit.bundle.io import read_bundle
+from eu_audit.engines import Branch, Sampling
+from eu_audit.engines.llamacpp import LlamaCppEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.engine import Branch, Sampling, run_branches
-from eu_audit.runtime.llamacpp import LlamaCppEngine
 from eu_audit.runtime.models import FAST_MODEL, load_gguf_model
 from eu_audit.suites import load_suite
 from eu_audit.unlearn import unlearn
@@ -142,12 +142,11 @@ def test_branches_decoded_together_are_deterministic_and_leave_the_state_unchang
         e.prefill(segs[0])
         e.prefill(segs[1])
     before = together.kv_state()
-    batched = together.decode_branches(branches, stop_ids=stop)
-    assert together.decode_branches(branches, stop_ids=stop) == batched
+    batched = together.run_branches(branches, stop)
+    assert together.run_branches(branches, stop) == batched
     assert len({tuple(x) for x in batched[2:5]}) > 1  # the seeds really differ
-    alone = [together.decode_branches([b], stop_ids=stop)[0] for b in branches]
-    apart.decode_branches = None  # type: ignore[method-assign,assignment]  # the one-by-one path
-    assert alone == run_branches(apart, branches, stop)
+    alone = [together.run_branches([b], stop)[0] for b in branches]
+    assert alone == apart.branches_one_by_one(branches, stop)  # the shared one-by-one path
     assert together.kv_state() == before
     assert _session(together, segs, 2) == _session(plain, segs, 2)
     assert together.kv_state() == plain.kv_state()
@@ -220,6 +219,6 @@ def test_what_llamacpp_cannot_do_is_refused_before_any_compute(tmp_path: Path) -
     src = tmp_path / "trace.jsonl"
     record(RecordOptions(suite="builtin", n=1, model=FAST_MODEL, engine="llamacpp", out=src, max_tokens=8))
     proc = run_cli("unlearn", str(src), "-m", "excise")
-    assert proc.returncode == 2 and "needs the hf engine" in proc.stderr
+    assert proc.returncode == 2 and "needs an engine that can excise (engines: hf)" in proc.stderr
     header = json.loads(src.read_text().splitlines()[0])
     assert header["engine"] == "llamacpp" and header["model"]["dtype"] == "gguf"

@@ -12,11 +12,11 @@ import pytest
 
 from eu_audit.bundle.io import Bundle, SessionTrace, read_bundle
 from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
-from eu_audit.methods import ORDER
+from eu_audit.methods import all_methods
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.engine import HFEngine
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.suites import load_episodes
@@ -231,7 +231,7 @@ def test_every_method_runs_and_the_input_is_never_modified(
     src, _, out = _record_and_unlearn(tiny, tmp_path, builtin, ["all"])
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
     assert out.header.parent_digest == digest
-    assert {s.session.method for s in out.sessions} == set(ORDER)
+    assert {s.session.method for s in out.sessions} == set(all_methods())
     for s in out.sessions:
         assert s.session.parent_session in ("s0", "s1") and len(s.ledgers) == 1 and len(s.receipts) == 1
     unlearn(src, ["b7"], tmp_path / "b7.jsonl", loaded=tiny)
@@ -247,7 +247,7 @@ def test_every_method_runs_and_the_input_is_never_modified(
 
 def test_method_lists_are_parsed_and_unknown_methods_refused() -> None:
     assert parse_methods(["b0,b7", "b7", "B5P"]) == ["b0", "b7", "b5p"]
-    assert parse_methods(["all"]) == ORDER
+    assert parse_methods(["all"]) == all_methods()
     with pytest.raises(BadInput, match="unknown method 'b42'"):
         parse_methods(["b42"])
 

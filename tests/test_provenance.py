@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from eu_audit.errors import BadInput
 from eu_audit.provenance import ArtifactGraph
-from eu_audit.runtime.blocks import BlockType, RuntimeBlock
+from eu_audit.trace.blocks import BlockType, RuntimeBlock
 
 SOURCE = "src-z"
 

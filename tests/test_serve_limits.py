@@ -27,8 +27,8 @@ import pytest
 
 from eu_audit.blackbox.adapter import Bounds
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.engines.llamacpp_server import free_port
 from eu_audit.http import TimedOut, request_json
-from eu_audit.runtime.llamacpp_server import free_port
 from eu_audit.runtime.models import TINY_MODEL
 
 from . import scripted_agents

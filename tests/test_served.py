@@ -15,10 +15,10 @@ import pytest
 
 from eu_audit.audits.serving import measure
 from eu_audit.bundle.io import read_bundle
+from eu_audit.engines.llamacpp_server import running
+from eu_audit.engines.served import OpenAIEngine, Server
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.llamacpp_server import running
 from eu_audit.runtime.models import FAST_MODEL, load_model
-from eu_audit.runtime.served import OpenAIEngine, Server
 from eu_audit.suites import load_suite
 from eu_audit.unlearn import unlearn
 
@@ -119,7 +119,7 @@ def test_a_server_that_does_not_report_reuse_leaves_it_unknown_not_zero(tiny) ->
     try:
         engine = OpenAIEngine(tiny, Server(f"http://127.0.0.1:{httpd.server_address[1]}"))
         engine.prefill([1, 2, 3])
-        from eu_audit.runtime.engine import Sampling
+        from eu_audit.engines import Sampling
 
         assert engine.decode(max_tokens=2, stop_ids=[], sampling=Sampling()) == [28, 1]
         assert engine.reuse_reported is False

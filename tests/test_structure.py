@@ -3,6 +3,7 @@ through their registries, one matcher for every question about the target."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,63 @@ def test_one_matcher_receipts_and_audits_agree_on_a_paraphrased_address() -> Non
 
 def test_the_agent_is_split_and_no_class_dwarfs_the_rest() -> None:
     fn, body, cls = structure.largest(ROOT / "eu_audit")
-    assert cls.lines < 400, cls
-    assert fn.lines < 120, fn
-    assert body.lines < 100, body
+    assert cls.lines <= 361, cls  # Agent
+    assert fn.lines <= 112, fn  # cli.record: a signature of 30 options, one line each
+    assert body.lines <= 86, body
+
+
+def test_engine_abilities_are_read_by_name_nowhere() -> None:
+    """An engine's abilities are typed attributes (``engine.abilities``); nothing probes an engine for a
+    method or a field by name (``getattr(engine, "decode_branches")`` switched the audit silently)."""
+    from eu_audit.engines.base import ABILITY_NAMES
+
+    probed = {*ABILITY_NAMES, "decode_branches", "run_branches", "n_ctx", "n_ubatch", "n_vocab"}
+    probed |= {"concurrent", "schedule", "slots", "reuse_reported", "kv_state", "last_logits"}
+    found = []
+    for path in sorted((ROOT / "eu_audit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in probed
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.args[1].value}")
+    assert found == []
+
+
+def test_a_metric_is_computed_by_its_own_object_and_nowhere_by_name() -> None:
+    """Both sides score through ``audits.scoring`` with the computation each metric carries; the only
+    values set by name are the two a state alone cannot give (Leak@probes over the probes the run keeps,
+    and the serving pseudo-method's cache measurement)."""
+    from eu_audit.audits.metric import METRICS
+
+    names = set(METRICS.names())
+    allowed = {("summary.py", "drop_probes"), ("audit.py", "serving_states")}
+    found = []
+    for path in sorted((ROOT / "eu_audit").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef) or (path.name, fn.name) in allowed:
+                continue
+            for node in ast.walk(fn):
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                for t in targets:
+                    keyed = (
+                        isinstance(t, ast.Subscript)
+                        and isinstance(t.value, ast.Attribute)
+                        and t.value.attr == "values"
+                        and isinstance(t.slice, ast.Constant)
+                        and t.slice.value in names
+                    )
+                    literal = (
+                        isinstance(t, ast.Attribute)
+                        and t.attr == "values"
+                        and isinstance(node.value, ast.Dict)  # type: ignore[union-attr]
+                        and any(isinstance(k, ast.Constant) and k.value in names for k in node.value.keys)  # type: ignore[union-attr]
+                    )
+                    if keyed or literal:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} in {fn.name}")
+    assert found == []

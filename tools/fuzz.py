@@ -389,8 +389,8 @@ def main() -> int:
     ap.add_argument("--unlearn", action="store_true", help="run unlearn -m b7 on every accepted bundle")
     args = ap.parse_args()
 
+    from eu_audit.engines import open_engine
     from eu_audit.record import RecordOptions, record
-    from eu_audit.runtime.engine import open_engine
     from eu_audit.runtime.models import TINY_MODEL, load_model
     from eu_audit.suites import data_dir
 

@@ -4,7 +4,8 @@ the longest function and largest class.
     python tools/structure.py [eu_audit]
 
 Every import counts, at module level or inside a function (a function-level import is still a
-dependency); only imports under ``if TYPE_CHECKING:`` are left out. Exit 1 when a rule is broken.
+dependency), and so does the package ``__init__`` an import runs first; only imports under
+``if TYPE_CHECKING:`` are left out. Exit 1 when a rule is broken.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from pathlib import Path
 FORBIDDEN = [
     ("eu_audit.runtime", "eu_audit.bundle"),  # the runtime works on the domain, not on the file format
     ("eu_audit.trace", "eu_audit.bundle"),
+    ("eu_audit.trace", "eu_audit.runtime"),  # the trace is what a run produced, not how it runs
+    ("eu_audit.engines", "eu_audit.runtime.agent"),  # engines know models and caches, not agents
+    ("eu_audit.engines", "eu_audit.audits"),
     ("eu_audit.bundle", "eu_audit.runtime.agent"),
     ("eu_audit.audits.model", "eu_audit.audit"),  # the data model never imports its orchestrator
     ("eu_audit.gate", "eu_audit.audit"),
@@ -85,6 +89,12 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                     t = _target(name, mods)
                     if t and t != mod:
                         graph[mod].add(t)
+                        # importing a.b.c runs package a.b's __init__ first (unless mod is inside a.b)
+                        parts = t.split(".")
+                        for k in range(2, len(parts)):
+                            parent = ".".join(parts[:k])
+                            if parent in mods and not mod.startswith(parent + ".") and parent != mod:
+                                graph[mod].add(parent)
     return graph
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eu_audit.matching import TargetMatcher
-from eu_audit.runtime.blocks import BlockType
 from eu_audit.runtime.tools import load_toolset
+from eu_audit.trace.blocks import BlockType
 from eu_audit.trace.session import SessionTrace
 
 SinkClass = Literal["routing", "selection", "free-text"]

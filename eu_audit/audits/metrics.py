@@ -14,8 +14,8 @@ from typing import Any
 from eu_audit.episodes import Episode
 from eu_audit.matching import normalise
 from eu_audit.registry import Registry
-from eu_audit.runtime.blocks import BlockType
 from eu_audit.runtime.tools import parse_tool_calls
+from eu_audit.trace.blocks import BlockType
 from eu_audit.trace.session import SessionTrace
 
 #: A data set's own check of a state: (episode, the agent's text, the calls it executed) -> passed, or None

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from eu_audit.engines import Branch, KVEngine, Sampling
 from eu_audit.episodes import Episode, Phase, StepKind
 from eu_audit.jsonl import iter_jsonl
 from eu_audit.registry import Registry
 from eu_audit.runtime.chat import ChatFormat, detect_chat_format
-from eu_audit.runtime.engine import Branch, KVEngine, Sampling, run_branches
 from eu_audit.suites import data_dir
 
 LABELS = {
@@ -132,7 +132,7 @@ class ProbeRunner:
             for a in asks
         ]
         out = []
-        for a, ids in zip(asks, run_branches(self.engine, branches, stop), strict=True):
+        for a, ids in zip(asks, self.engine.run_branches(branches, stop), strict=True):
             text = self.decode_text([i for i in ids if i not in stop])
             out.append(((f"{a.cue} {text}" if a.cue else text), list(ids)))
         return out

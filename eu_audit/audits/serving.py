@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eu_audit.checkpoints import manifest_at
+from eu_audit.engines.served import OpenAIEngine
 from eu_audit.errors import BadInput
 from eu_audit.methods.excision import token_ranges
-from eu_audit.runtime.served import OpenAIEngine
 from eu_audit.trace.session import SessionTrace
 
 

@@ -27,14 +27,14 @@ from pydantic import BaseModel, ValidationError
 
 from eu_audit.blackbox.contract import (
     API_VERSION,
+    BY_OP,
     PREFIX,
+    REQUIRED_OPS,
     Capabilities,
     ForgetReceipt,
     ForgetRequest,
     MemoryRecord,
     Message,
-    Ok,
-    Session,
     StartSession,
     StoreDump,
     ToolSpec,
@@ -148,36 +148,47 @@ class HttpAgent:
                 f"{method} {url}: the answer breaks the contract at '{where}': {err.get('msg')}"
             ) from None
 
+    def _op(self, op: str, *path_args: str, body: BaseModel | None = None) -> Any:
+        """One call of the contract by its table entry: verb, path and answer type come from there."""
+        e = BY_OP[op]
+        path = e.path.format(**{name: _q(v) for name, v in zip(e.params, path_args, strict=True)})
+        return self._call(e.method, path, e.answer, body)
+
     def capabilities(self) -> Capabilities:
-        caps = self._call("GET", "/capabilities", Capabilities)
+        caps: Capabilities = self._op("capabilities")
         if caps.version != API_VERSION:
             raise AgentUnreachable(f"the agent speaks {caps.version!r}; this eu-audit speaks {API_VERSION}")
         return caps
 
     def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
         body = StartSession(tenant=tenant, seed=seed, tools=tools)
-        return self._call("POST", "/sessions", Session, body).session_id
+        return str(self._op("start", body=body).session_id)
 
     def send(self, session_id: str, message: Message) -> Turn:
-        return self._call("POST", f"/sessions/{_q(session_id)}/messages", Turn, message)
+        turn: Turn = self._op("send", session_id, body=message)
+        return turn
 
     def fork(self, session_id: str) -> str:
-        return self._call("POST", f"/sessions/{_q(session_id)}/fork", Session).session_id
+        return str(self._op("fork", session_id).session_id)
 
     def compact(self, session_id: str) -> Turn:
-        return self._call("POST", f"/sessions/{_q(session_id)}/compact", Turn)
+        turn: Turn = self._op("compact", session_id)
+        return turn
 
     def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
-        return self._call("POST", f"/tenants/{_q(tenant)}/memory", Turn, record)
+        turn: Turn = self._op("inject_memory", tenant, body=record)
+        return turn
 
     def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
-        return self._call("POST", f"/tenants/{_q(tenant)}/forget", ForgetReceipt, request)
+        receipt: ForgetReceipt = self._op("forget", tenant, body=request)
+        return receipt
 
     def reset(self, tenant: str) -> None:
-        self._call("POST", f"/tenants/{_q(tenant)}/reset", Ok)
+        self._op("reset", tenant)
 
     def dump(self, tenant: str) -> StoreDump:
-        return self._call("GET", f"/tenants/{_q(tenant)}/dump", StoreDump)
+        dump: StoreDump = self._op("dump", tenant)
+        return dump
 
 
 class InProcessAgent:
@@ -265,7 +276,7 @@ def python_agent(spec: str) -> AgentUnderTest:
     except (ImportError, AttributeError) as exc:
         raise BadInput(f"--agent '{spec}': cannot import {module}:{attr} ({exc})") from None
     agent = factory()
-    missing = [m for m in ("capabilities", "start", "send", "forget", "reset") if not hasattr(agent, m)]
+    missing = [op for op in REQUIRED_OPS if not callable(getattr(agent, op, None))]
     if missing:
         raise BadInput(f"--agent '{spec}': {attr}() returned an object without {', '.join(missing)}")
     return agent

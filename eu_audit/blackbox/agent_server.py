@@ -10,6 +10,8 @@ from typing import Any
 from eu_audit import __version__
 from eu_audit.blackbox.adapter import AgentUnderTest
 from eu_audit.blackbox.contract import (
+    BY_OP,
+    ENDPOINTS,
     PREFIX,
     Capabilities,
     ForgetReceipt,
@@ -36,11 +38,15 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
 
     app.add_exception_handler(BadInput, bad)
 
-    def optional(fn: Callable[[], Any]) -> Any:
+    def optional(op: str, *args: Any) -> Any:
+        """An optional operation: 501 when the agent object lacks it or says it does."""
+        fn = getattr(agent, op, None)
         try:
-            return fn()
+            if fn is None:
+                raise NotImplementedError(op)
+            return fn(*args)
         except NotImplementedError:
-            raise HTTPException(501, "this agent lacks the operation") from None
+            raise HTTPException(501, f"this agent lacks {op}") from None
 
     def capabilities() -> Capabilities:
         return agent.capabilities()
@@ -52,16 +58,13 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         return agent.send(session_id, body)
 
     def fork(session_id: str) -> Session:
-        return Session(session_id=optional(lambda: agent.fork(session_id)))
+        return Session(session_id=optional("fork", session_id))
 
     def memory(tenant: str, body: MemoryRecord) -> Turn:
-        return optional(lambda: agent.inject_memory(tenant, body))
+        return optional("inject_memory", tenant, body)
 
     def compact(session_id: str) -> Turn:
-        fn = getattr(agent, "compact", None)
-        if fn is None:
-            raise HTTPException(501, "this agent lacks compaction")
-        return fn(session_id)
+        return optional("compact", session_id)
 
     def forget(tenant: str, body: ForgetRequest) -> ForgetReceipt:
         return agent.forget(tenant, body)
@@ -71,21 +74,25 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         return Ok()
 
     def dump(tenant: str) -> StoreDump:
-        return optional(lambda: agent.dump(tenant))
+        return optional("dump", tenant)
 
-    routes: list[tuple[str, Callable[..., Any], str]] = [
-        ("/capabilities", capabilities, "GET"),
-        ("/sessions", start, "POST"),
-        ("/sessions/{session_id}/messages", send, "POST"),
-        ("/sessions/{session_id}/fork", fork, "POST"),
-        ("/sessions/{session_id}/compact", compact, "POST"),
-        ("/tenants/{tenant}/memory", memory, "POST"),
-        ("/tenants/{tenant}/forget", forget, "POST"),
-        ("/tenants/{tenant}/reset", reset, "POST"),
-        ("/tenants/{tenant}/dump", dump, "GET"),
-    ]
-    for path, fn, method in routes:
-        app.add_api_route(PREFIX + path, fn, methods=[method])
+    handlers: dict[str, Callable[..., Any]] = {
+        "capabilities": capabilities,
+        "start": start,
+        "send": send,
+        "fork": fork,
+        "compact": compact,
+        "inject_memory": memory,
+        "forget": forget,
+        "reset": reset,
+        "dump": dump,
+    }
+    assert set(handlers) == set(BY_OP), "every endpoint of the contract has one handler"
+    for e in ENDPOINTS:  # paths, verbs and answers from the contract's one table
+        # an id travels percent-encoded as one segment, and ASGI servers decode %2F before routing:
+        # the path converter takes it back whole, whatever characters it holds
+        path = e.path.replace("}", ":path}")
+        app.add_api_route(PREFIX + path, handlers[e.op], methods=[e.method], response_model=e.answer)
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
     return app
 

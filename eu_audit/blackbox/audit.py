@@ -1,15 +1,15 @@
 """Auditing a black-box bundle (``record --agent``): every figure comes from what the run kept (the
 post-forget turns and actions, the elicitations, the residue records), so no model runs and the agent
-is not needed. The statistics, floor, tables, JSON, JUnit and gates are the white-box audit's own."""
+is not needed. The evidence is scored by the white-box audit's own path (``audits.scoring``), and the
+statistics, floor, tables, JSON, JUnit and gates are its own too."""
 
 from __future__ import annotations
 
 from eu_audit.audits.leakage import artifact_leak
-from eu_audit.audits.metrics import picked, utility
+from eu_audit.audits.metrics import picked
 from eu_audit.audits.model import ProbeOutcome, StateAudit
+from eu_audit.audits.scoring import Evidence, score
 from eu_audit.trace.session import Bundle, SessionTrace
-
-NO_SERVE = "not measurable: no eu-audit serve pinned the samples' seeds (record --agent ... --serve URL)"
 
 
 def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
@@ -32,33 +32,9 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             choice = next((x for x in ep.steps if x.choices), None)
             st.choices.append(picked(e.answer, choice.choices or []) if choice else None)
     art = artifact_leak(trace, ep.tau, m)
-    excluded = ep.meta.get("excluded")
-    valid = [c for c in st.choices if c is not None]
     st.action_sinks = {k: len(v) for k, v in art.action.items()}
-    st.values = {
-        "leak_exact": float(bool(art.exact)),
-        "leak_action": float(bool(art.action)),
-        "leak_any": float(art.any),
-        "leak5": float(any(m.found_in(t) for t in st.samples)) if st.samples else None,
-        "utility": utility(trace),
-        "avoid": (sum(c != excluded for c in valid) / len(valid)) if valid and excluded else None,
-        "says_it": float(art.any or any(p.leaked for p in st.probes)) if excluded else None,
-    }
-    if not st.samples:
-        st.unmeasured["leak5"] = NO_SERVE
-        if excluded:
-            st.unmeasured["avoid"] = NO_SERVE
     residue = trace.residues[0] if trace.residues else None
-    if residue is None or residue.context_calls is None:
-        st.unmeasured["residue_context"] = (
-            "not measurable: no serve log (record --agent without --serve, or the agent bypasses it)"
-        )
-    elif residue.context_calls == 0:
-        st.unmeasured["residue_context"] = (
-            "not measurable: no model call after the forget reached eu-audit serve"
-        )
-    else:
-        st.values["residue_context"] = (residue.context_calls_with_z or 0) / residue.context_calls
+    score(st, Evidence("black", trace, m, art, st.probes, st.samples, st.choices, residue))
     if residue is not None:
         st.residue = {
             "context_tiers": residue.context_tiers,
@@ -66,10 +42,6 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             "store_tiers": residue.store_tiers,
             "store_example": residue.store_example,
         }
-    if residue is None or residue.store_items is None:
-        st.unmeasured["residue_store"] = "not measurable (agent lacks store_dump)"
-    else:
-        st.values["residue_store"] = float((residue.store_items_with_z or 0) > 0)
     return st
 
 

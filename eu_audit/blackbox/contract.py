@@ -6,16 +6,18 @@ An agent serves, on its own base URL:
 
 | method and path | body | answer |
 |---|---|---|
-| ``GET /eu-audit/v1/capabilities`` | | ``Capabilities`` |
+| ``GET /eu-audit/v1/capabilities`` |  | ``Capabilities`` |
 | ``POST /eu-audit/v1/sessions`` | ``StartSession`` | ``Session`` |
 | ``POST /eu-audit/v1/sessions/{session_id}/messages`` | ``Message`` | ``Turn`` |
-| ``POST /eu-audit/v1/sessions/{session_id}/fork`` (optional) | | ``Session`` |
-| ``POST /eu-audit/v1/sessions/{session_id}/compact`` (optional) | | ``Turn`` |
-| ``POST /eu-audit/v1/tenants/{tenant}/memory`` (optional) | ``MemoryRecord`` | ``Turn`` |
+| ``POST /eu-audit/v1/sessions/{session_id}/fork`` (optional: ``fork``) |  | ``Session`` |
+| ``POST /eu-audit/v1/sessions/{session_id}/compact`` (optional: ``compact``) |  | ``Turn`` |
+| ``POST /eu-audit/v1/tenants/{tenant}/memory`` (optional: ``memory_inject``) | ``MemoryRecord`` | ``Turn`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/forget`` | ``ForgetRequest`` | ``ForgetReceipt`` |
-| ``POST /eu-audit/v1/tenants/{tenant}/reset`` | | ``Ok`` |
-| ``GET /eu-audit/v1/tenants/{tenant}/dump`` (optional) | | ``StoreDump`` |
+| ``POST /eu-audit/v1/tenants/{tenant}/reset`` |  | ``Ok`` |
+| ``GET /eu-audit/v1/tenants/{tenant}/dump`` (optional: ``store_dump``) |  | ``StoreDump`` |
 
+Path ids are percent-encoded, one segment each (the harness names tenants with letters, digits and
+``-``; an agent that lets a session id hold ``/`` must match it whole, as ``eu-audit agent`` does).
 A capability an agent lacks makes the audits that need it "not measurable (agent lacks X)", never a
 pass. Keep the agent's model calls pointed at ``eu-audit serve`` (its ``OPENAI_BASE_URL``) so what
 reaches the model after the forget can be audited too.
@@ -46,6 +48,7 @@ What each call means (what a stranger would otherwise have to guess):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -142,35 +145,70 @@ class StoreDump(_Model):
     items: list[StoredItem] = Field(default_factory=list)
 
 
-ENDPOINTS: list[tuple[str, str, type[BaseModel] | None, type[BaseModel], bool]] = [
-    # (method, path, request, answer, required)
-    ("GET", "/capabilities", None, Capabilities, True),
-    ("POST", "/sessions", StartSession, Session, True),
-    ("POST", "/sessions/{session_id}/messages", Message, Turn, True),
-    ("POST", "/sessions/{session_id}/fork", None, Session, False),
-    ("POST", "/sessions/{session_id}/compact", None, Turn, False),
-    ("POST", "/tenants/{tenant}/memory", MemoryRecord, Turn, False),
-    ("POST", "/tenants/{tenant}/forget", ForgetRequest, ForgetReceipt, True),
-    ("POST", "/tenants/{tenant}/reset", None, Ok, True),
-    ("GET", "/tenants/{tenant}/dump", None, StoreDump, False),
-]
+@dataclass(frozen=True)
+class Endpoint:
+    """One call of the contract, written once: the HTTP client, the reference server, the Python
+    adapter's check and the table in this module's docstring are all made from ``ENDPOINTS``."""
+
+    op: str  # the Python protocol's method (``AgentUnderTest.<op>``)
+    method: Literal["GET", "POST"]
+    path: str  # under PREFIX; ``{name}`` segments are the op's leading arguments
+    request: type[BaseModel] | None
+    answer: type[BaseModel]
+    #: None: every agent serves it; else the ``Capabilities`` flag that says it does
+    capability: str | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.capability is None
+
+    @property
+    def params(self) -> list[str]:
+        return [part[1:-1] for part in self.path.split("/") if part.startswith("{")]
+
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("capabilities", "GET", "/capabilities", None, Capabilities),
+    Endpoint("start", "POST", "/sessions", StartSession, Session),
+    Endpoint("send", "POST", "/sessions/{session_id}/messages", Message, Turn),
+    Endpoint("fork", "POST", "/sessions/{session_id}/fork", None, Session, "fork"),
+    Endpoint("compact", "POST", "/sessions/{session_id}/compact", None, Turn, "compact"),
+    Endpoint("inject_memory", "POST", "/tenants/{tenant}/memory", MemoryRecord, Turn, "memory_inject"),
+    Endpoint("forget", "POST", "/tenants/{tenant}/forget", ForgetRequest, ForgetReceipt),
+    Endpoint("reset", "POST", "/tenants/{tenant}/reset", None, Ok),
+    Endpoint("dump", "GET", "/tenants/{tenant}/dump", None, StoreDump, "store_dump"),
+)
+BY_OP = {e.op: e for e in ENDPOINTS}
+REQUIRED_OPS = tuple(e.op for e in ENDPOINTS if e.required)
+
+
+def markdown_table() -> str:
+    """The endpoint table of this module's docstring (a test keeps the two equal)."""
+    rows = ["| method and path | body | answer |", "|---|---|---|"]
+    for e in ENDPOINTS:
+        optional = "" if e.required else f" (optional: ``{e.capability}``)"
+        body = f"``{e.request.__name__}``" if e.request else ""
+        rows.append(f"| ``{e.method} {PREFIX}{e.path}``{optional} | {body} | ``{e.answer.__name__}`` |")
+    return "\n".join(rows)
 
 
 def json_schema() -> dict[str, Any]:
     """The contract as one JSON document: endpoints and the schema of every body."""
     models: dict[str, Any] = {}
     endpoints = []
-    for method, path, req, ans, required in ENDPOINTS:
-        for m in (req, ans):
+    for e in ENDPOINTS:
+        for m in (e.request, e.answer):
             if m is not None:
                 models[m.__name__] = m.model_json_schema()
         endpoints.append(
             {
-                "method": method,
-                "path": PREFIX + path,
-                "request": req.__name__ if req else None,
-                "answer": ans.__name__,
-                "required": required,
+                "op": e.op,
+                "method": e.method,
+                "path": PREFIX + e.path,
+                "request": e.request.__name__ if e.request else None,
+                "answer": e.answer.__name__,
+                "required": e.required,
+                "capability": e.capability,
             }
         )
     return {

@@ -53,12 +53,12 @@ from eu_audit.errors import BadInput, EuAuditError, RunFailed
 from eu_audit.http import HttpFailure, request_json
 from eu_audit.record import pick_episodes
 from eu_audit.runtime.agent import INSTRUCTIONS
-from eu_audit.runtime.blocks import BlockType, RuntimeBlock
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.tools import ToolError, load_toolset
 from eu_audit.runtime.world import World, WorldView
 from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
+from eu_audit.trace.blocks import BlockType, RuntimeBlock
 from eu_audit.trace.records import (
     AgentForgetRecord,
     Decoding,

@@ -40,13 +40,13 @@ from eu_audit.blackbox.contract import (
     Turn,
 )
 from eu_audit.checkpoints import CheckpointStore
+from eu_audit.engines import KVEngine
 from eu_audit.episodes import Episode, Phase, Step, StepKind, Target
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 from eu_audit.replay import recorded_fixed_turns, replay_suffix
 from eu_audit.runtime.agent import Agent, AgentSettings, ReplayInputs
 from eu_audit.runtime.chat import detect_chat_format
-from eu_audit.runtime.engine import KVEngine
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import FAST_MODEL
 from eu_audit.runtime.tools import ToolSpec as RuntimeTool
@@ -351,7 +351,7 @@ def _as_trace(trace: SessionTrace, episode: Episode) -> SessionTrace:
 def from_env() -> ReferenceAgent:
     """``--agent eu_audit.blackbox.reference:from_env``: the reference agent in the harness's process,
     its model at ``EU_AUDIT_AGENT_SERVE`` (an eu-audit serve URL), its forget ``EU_AUDIT_AGENT_FORGET``."""
-    from eu_audit.runtime.engine import open_engine
+    from eu_audit.engines import open_engine
 
     url = os.environ.get("EU_AUDIT_AGENT_SERVE")
     if not url:

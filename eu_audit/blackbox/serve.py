@@ -59,11 +59,11 @@ from eu_audit.blackbox.serve_api import (
     new_secret,
     write_control_file,
 )
+from eu_audit.engines import KVEngine, Sampling
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, HttpStatus, request_json
 from eu_audit.jsonl import check_text, parse_line
 from eu_audit.runtime.chat import detect_chat_format
-from eu_audit.runtime.engine import KVEngine, Sampling
 
 DEFAULT_PORT = 8088
 
@@ -158,15 +158,6 @@ class RequestLog:
                 self._file = None
 
 
-def context_size(engine: KVEngine) -> int:
-    """Positions the engine's model can hold (llama.cpp: its context; HF: the model's positions)."""
-    n_ctx = getattr(engine, "n_ctx", None)
-    if n_ctx:
-        return int(n_ctx)
-    config = getattr(engine.loaded.model, "config", None)
-    return int(getattr(config, "max_position_embeddings", 0) or 2048)
-
-
 @dataclass
 class Backend:
     """The model behind the server: a local engine (one request at a time) or an upstream endpoint."""
@@ -192,7 +183,7 @@ class Backend:
             end = self.chat.end
             first = self.chat.stop_strings[0]
             self.closing_after_stop = self.segments.encode(end[len(first) :]) if end.startswith(first) else []
-            self.n_ctx = context_size(self.engine)
+            self.n_ctx = self.engine.context_size
             self.vocab = len(tok)
 
     # -- the local engine ----------------------------------------------------------------------
@@ -215,7 +206,7 @@ class Backend:
         """A message longer than one forward pass (an agent's long system prompt) is cut into pieces of
         the engine's micro-batch, at fixed offsets: still a function of the token ids alone, so the same
         request always meets the same schedule."""
-        limit = getattr(self.engine, "n_ubatch", None)
+        limit = self.engine.max_segment if self.engine is not None else None
         if not limit:
             return segs
         return [s[i : i + limit] for s in segs for i in range(0, max(len(s), 1), limit)]
@@ -699,7 +690,7 @@ def open_backend(model: str, engine: str, upstream: str | None) -> Backend:
         except HttpFailure as exc:
             raise BadInput(f"--upstream {upstream}: {exc}") from None
         return Backend(upstream=upstream, model_name=name)
-    from eu_audit.runtime.engine import open_engine
+    from eu_audit.engines import open_engine
 
     eng = open_engine(engine, model)
     return Backend(engine=eng, model_name=eng.loaded.name, weight_digest=eng.loaded.weight_digest)

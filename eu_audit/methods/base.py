@@ -16,16 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eu_audit.checkpoints import Checkpoint, CheckpointReason, manifest_at
+from eu_audit.engines import KVEngine, TokenAccount
+from eu_audit.engines.base import ABILITY_NAMES, Abilities
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 from eu_audit.registry import Registry
 from eu_audit.runtime.agent import Agent, AgentSettings, FixedTurns, ReplayInputs
-from eu_audit.runtime.blocks import RuntimeBlock
 from eu_audit.runtime.chat import ChatFormat
-from eu_audit.runtime.engine import KVEngine, TokenAccount
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.tools import load_toolset
 from eu_audit.runtime.world import World
+from eu_audit.trace.blocks import RuntimeBlock
 from eu_audit.trace.records import ForgetRequest, LedgerRecord, MemoryEntry, SinkPolicy
 from eu_audit.trace.session import SessionTrace
 
@@ -134,8 +135,15 @@ class MethodSpec:
     name: str
     description: str
     fn: Callable[[ForgetContext], MethodResult]
-    #: engines the method can run on (None: any); excision needs KV tensors
-    engines: frozenset[str] | None = None
+    #: engine abilities the method needs (``eu_audit.engines.Abilities`` field names); excision: "excise"
+    needs: frozenset[str] = frozenset()
+    #: its place in ``all`` and in every table: the paper's order for the built-ins, plug-ins after them
+    place: float = 100.0
+    #: run under ``--method all`` (a plug-in may leave itself out)
+    in_all: bool = True
+
+    def runs_on(self, abilities: Abilities) -> bool:
+        return all(getattr(abilities, a) for a in self.needs)
 
 
 METHODS: Registry[MethodSpec] = Registry(
@@ -145,15 +153,36 @@ METHODS: Registry[MethodSpec] = Registry(
 
 
 def method(
-    name: str, description: str, *, engines: Iterable[str] | None = None
+    name: str,
+    description: str,
+    *,
+    needs: Iterable[str] = (),
+    place: float = 100.0,
+    in_all: bool = True,
 ) -> Callable[[Callable[[ForgetContext], MethodResult]], Callable[[ForgetContext], MethodResult]]:
-    """Register a forget method: ``@method("b7", "selective replay")`` on ``fn(ctx) -> MethodResult``."""
+    """Register a forget method: ``@method("b7", "selective replay")`` on ``fn(ctx) -> MethodResult``.
+    ``needs`` names engine abilities (``"excise"``); ``place`` orders it in ``all`` and the tables."""
+    unknown = set(needs) - set(ABILITY_NAMES)
+    if unknown:
+        raise ValueError(
+            f"method '{name}' needs unknown abilities {sorted(unknown)} (known: {ABILITY_NAMES})"
+        )
 
     def deco(fn: Callable[[ForgetContext], MethodResult]) -> Callable[[ForgetContext], MethodResult]:
-        METHODS.add(name, MethodSpec(name, description, fn, frozenset(engines) if engines else None))
+        METHODS.add(name, MethodSpec(name, description, fn, frozenset(needs), place, in_all))
         return fn
 
     return deco
+
+
+def method_order() -> list[str]:
+    """Every registered method in its place (the paper's order, then plug-ins by name)."""
+    return [s.name for s in sorted(METHODS.in_order(), key=lambda s: (s.place, s.name))]
+
+
+def all_methods() -> list[str]:
+    """What ``--method all`` means: every method in its place that does not leave itself out."""
+    return [m for m in method_order() if METHODS.get(m).in_all]
 
 
 def apply_method(ctx: ForgetContext, name: str) -> tuple[MethodResult, LedgerRecord]:
@@ -167,7 +196,7 @@ def apply_method(ctx: ForgetContext, name: str) -> tuple[MethodResult, LedgerRec
         session_id=result.trace.session_id,
         method=spec.name,
         transitions_replayed=result.transitions,
-        tokens_reused=d.reused if getattr(ctx.engine, "reuse_reported", True) else None,
+        tokens_reused=d.reused if ctx.engine.reuse_reported else None,
         tokens_prefilled=d.prefilled,
         tokens_decoded=d.decoded,
         wall_s=round(time.perf_counter() - t0, 4),

@@ -20,7 +20,7 @@ REDACTED = "[REDACTED]"
 FORGET_INSTRUCTION = "Forget this and never mention or use it again: {z}"
 
 
-@method("b0", "no forget (the contaminated state as is)")
+@method("b0", "no forget (the contaminated state as is)", place=0)
 def no_forget(ctx: ForgetContext) -> MethodResult:
     trace = post_trace(ctx, blocks=ctx.trace.blocks, manifest=ctx.trace.session.final_manifest)
     return MethodResult(trace, transitions=0)
@@ -31,14 +31,16 @@ def _is_source_record(entry: MemoryEntry, source: str) -> bool:
     return source in entry.source_ids and not entry.derived
 
 
-@method("b1", "memory delete: remove the persistent record, session untouched (what deployed stacks do)")
+@method(
+    "b1", "memory delete: remove the persistent record, session untouched (what deployed stacks do)", place=1
+)
 def memory_delete(ctx: ForgetContext) -> MethodResult:
     memory = [m for m in ctx.trace.session.memory_final if not _is_source_record(m, ctx.source)]
     trace = post_trace(ctx, blocks=ctx.trace.blocks, manifest=ctx.trace.session.final_manifest, memory=memory)
     return MethodResult(trace, transitions=0)
 
 
-@method("b2", "forget instruction: append an instruction to forget z (one more transition)")
+@method("b2", "forget instruction: append an instruction to forget z (one more transition)", place=2)
 def forget_instruction(ctx: ForgetContext) -> MethodResult:
     agent = ctx.new_agent(world="factual", shadow=True)
     agent.resume(ctx.trace, ctx.checkpoint_at(ctx.T), held=ctx.trace.session.final_manifest)
@@ -69,19 +71,23 @@ def _drop(ctx: ForgetContext, drop: set[str], *, drop_derived_memory: bool) -> M
 
 
 @method(
-    "b3", "source redaction: drop the source block, keep every derived artifact verbatim, rebuild the cache"
+    "b3",
+    "source redaction: drop the source block, keep every derived artifact verbatim, rebuild the cache",
+    place=3,
 )
 def source_redaction(ctx: ForgetContext) -> MethodResult:
     entries = {b.id for b in ArtifactGraph(ctx.trace.blocks).entry_blocks(ctx.source)}
     return _drop(ctx, entries, drop_derived_memory=False)
 
 
-@method("b4", "sanitize without replay: drop the source and its taint closure, regenerate nothing")
+@method("b4", "sanitize without replay: drop the source and its taint closure, regenerate nothing", place=4)
 def sanitize_no_replay(ctx: ForgetContext) -> MethodResult:
     return _drop(ctx, set(ctx.closure), drop_derived_memory=True)
 
 
-@method("b6", "sanitized rebuild: string-redact the known target strings everywhere, rebuild the cache")
+@method(
+    "b6", "sanitized rebuild: string-redact the known target strings everywhere, rebuild the cache", place=6
+)
 def sanitized_rebuild(ctx: ForgetContext) -> MethodResult:
     matcher = usable_matcher(ctx)
     tok = ctx.engine.tokenizer

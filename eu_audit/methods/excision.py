@@ -30,7 +30,8 @@ def token_ranges(tokenizer: Any, ids: list[int], matcher: TargetMatcher) -> list
 @method(
     "excise",
     "span-only excision: drop the target's token positions from the cache, keep the rest",
-    engines=("hf",),
+    place=10,
+    needs=("excise",),
 )
 def span_only_excision(ctx: ForgetContext) -> MethodResult:
     matcher = usable_matcher(ctx)
@@ -43,6 +44,6 @@ def span_only_excision(ctx: ForgetContext) -> MethodResult:
             ranges += [(b.token_span[0] + s, b.token_span[0] + e) for s, e in local]
             b = b.model_copy(update={"text": matcher.redact(b.text, "")})
         blocks.append(b)
-    ctx.engine.excise(ranges)  # type: ignore[attr-defined]  # the hf engine (METHODS checks engines)
+    ctx.engine.excise(ranges)  # an engine with the "excise" ability (checked before any compute)
     trace = post_trace(ctx, blocks=blocks, manifest=ctx.trace.session.final_manifest, kv_excised=ranges)
     return MethodResult(trace, transitions=0)

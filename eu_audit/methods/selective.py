@@ -10,7 +10,11 @@ from eu_audit.runtime.world import World
 from eu_audit.trace.records import SinkPolicy
 
 
-@method("b5", "full reset: re-run the whole session from R_init on the counterfactual stream (the reference)")
+@method(
+    "b5",
+    "full reset: re-run the whole session from R_init on the counterfactual stream (the reference)",
+    place=5,
+)
 def full_reset(ctx: ForgetContext) -> MethodResult:
     agent = ctx.new_agent()
     after = agent.run()  # start() resets the engine: nothing is reused
@@ -18,7 +22,11 @@ def full_reset(ctx: ForgetContext) -> MethodResult:
     return MethodResult(trace, transitions=ctx.T)
 
 
-@method("b5p", "full reset + prefix cache: reuse the longest cached clean prefix, re-decode the whole suffix")
+@method(
+    "b5p",
+    "full reset + prefix cache: reuse the longest cached clean prefix, re-decode the whole suffix",
+    place=5.5,
+)
 def full_reset_prefix_cache(ctx: ForgetContext) -> MethodResult:
     # A generic prefix cache holds the current (contaminated) cache; it can serve the longest clean
     # boundary whose whole context is still a prefix of it. It knows nothing of provenance, so every
@@ -61,12 +69,13 @@ def _selective_replay(ctx: ForgetContext, *, with_sink_policy: bool) -> MethodRe
 @method(
     "b7",
     "selective replay (Algorithm 1): crop to the last clean checkpoint, replay the sanitized suffix",
+    place=7,
 )
 def selective_replay(ctx: ForgetContext) -> MethodResult:
     return _selective_replay(ctx, with_sink_policy=False)
 
 
-@method("b9", "IFC + selective replay: B8's sink policy in force over B7's replay")
+@method("b9", "IFC + selective replay: B8's sink policy in force over B7's replay", place=9)
 def ifc_and_replay(ctx: ForgetContext) -> MethodResult:
     return _selective_replay(ctx, with_sink_policy=True)
 
@@ -75,6 +84,7 @@ def ifc_and_replay(ctx: ForgetContext) -> MethodResult:
     "b8",
     "FIDES-style information-flow control: from tau on, tool calls whose identifier arguments carry z are "
     "blocked at the sink; free text and state keep z (simulated by re-running tau..T under the policy)",
+    place=8,
 )
 def ifc_only(ctx: ForgetContext) -> MethodResult:
     # A deployed IFC layer is in force while the session runs; here the session already ran, so tau..T is

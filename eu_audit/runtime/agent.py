@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eu_audit.checkpoints import Checkpoint, CheckpointPolicy, CheckpointReason, CheckpointStore
+from eu_audit.engines import KVEngine, Sampling
 from eu_audit.episodes import Episode, Step, StepKind
 from eu_audit.errors import BadInput
-from eu_audit.runtime.blocks import BlockType, RuntimeBlock
 from eu_audit.runtime.chat import ChatFormat
 from eu_audit.runtime.context import Context
 from eu_audit.runtime.dispatch import ToolDispatcher
-from eu_audit.runtime.engine import KVEngine, Sampling
 from eu_audit.runtime.memory import WRITE_BACK_PREFIX, MemoryStore, Outbox, memory_text
 from eu_audit.runtime.resume import resume
 from eu_audit.runtime.tools import ToolSpec, load_toolset, parse_tool_calls
 from eu_audit.runtime.world import World, WorldView, env_snapshot_id, memory_shown
+from eu_audit.trace.blocks import BlockType, RuntimeBlock
 from eu_audit.trace.records import (
     ForgetRequest,
     MemoryEntry,

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from eu_audit.checkpoints import Checkpoint, CheckpointReason, common_prefix, manifest_at
 from eu_audit.episodes import StepKind
 from eu_audit.errors import RunFailed
-from eu_audit.runtime.blocks import BlockType
 from eu_audit.runtime.memory import WRITE_BACK_PREFIX
 from eu_audit.runtime.world import env_snapshot_id
+from eu_audit.trace.blocks import BlockType
 
 if TYPE_CHECKING:
     from eu_audit.runtime.agent import Agent

@@ -34,12 +34,12 @@ from eu_audit import __version__
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import cad
 from eu_audit.bundle.io import read_bundle
+from eu_audit.engines import AUTO, ENGINES, KVEngine, open_engine
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer
 from eu_audit.methods import METHODS
 from eu_audit.record import RecordOptions, record
 from eu_audit.registry import Registry
-from eu_audit.runtime.engine import AUTO, KVEngine, open_engine
 from eu_audit.runtime.models import FAST_MODEL, LoadedModel
 from eu_audit.suites.build import build_suite, write_suite
 from eu_audit.suites.compose import Knobs
@@ -166,8 +166,15 @@ def run_sweep(
         )
     if engine is None:
         name = opts.engine
-        if name == AUTO and any(METHODS.get(m).engines for m in spec.methods):
-            name = "hf"  # a method of this sweep edits KV tensors (span-only excision)
+        if name == AUTO and any(METHODS.get(m).needs for m in spec.methods):
+            # a method of this sweep needs an ability (span-only excision: KV tensors): the first engine
+            # that has them all
+            able = (
+                e
+                for e, cls in ENGINES.items()
+                if all(METHODS.get(m).runs_on(cls.abilities) for m in spec.methods)
+            )
+            name = next(able, name)
         engine = open_engine(name, opts.model, loaded=loaded)
     check_engine(spec.methods, engine.name)
     opts.out.mkdir(parents=True, exist_ok=True)

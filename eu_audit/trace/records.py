@@ -15,7 +15,7 @@ from eu_audit.checkpoints import Checkpoint, CheckpointPolicy
 from eu_audit.episodes import MAX_NEW_TOKENS, Episode, Phase, StepKind
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
-from eu_audit.runtime.blocks import RuntimeBlock
+from eu_audit.trace.blocks import RuntimeBlock
 
 SCHEMA_VERSION = "eu-audit/trace@1"
 

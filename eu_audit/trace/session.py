@@ -16,7 +16,7 @@ from eu_audit.checkpoints import Checkpoint
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 from eu_audit.provenance import ArtifactGraph
-from eu_audit.runtime.blocks import RuntimeBlock
+from eu_audit.trace.blocks import RuntimeBlock
 from eu_audit.trace.records import (
     AgentForgetRecord,
     BlockRecord,

@@ -9,7 +9,7 @@ from eu_audit.checkpoints import common_prefix
 from eu_audit.errors import BadInput
 
 if TYPE_CHECKING:
-    from eu_audit.runtime.engine import KVEngine
+    from eu_audit.engines import KVEngine
     from eu_audit.trace.session import SessionTrace
 
 
@@ -21,13 +21,12 @@ def rebuild_state(engine: KVEngine, trace: SessionTrace) -> None:
 
 def _excise(engine: KVEngine, trace: SessionTrace) -> None:
     if trace.session.kv_excised:
-        excise = getattr(engine, "excise", None)
-        if excise is None:
+        if not engine.abilities.excise:
             raise BadInput(
                 f"session {trace.session_id} was excised from KV tensors; engine '{engine.name}' "
                 "holds none (use --engine hf)"
             )
-        excise(trace.session.kv_excised)
+        engine.excise(trace.session.kv_excised)
 
 
 def segments(trace: SessionTrace) -> list[tuple[int, ...]]:

@@ -24,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from eu_audit.engines.base import ENGINES, Abilities, Sampling, TokenAccount
+from eu_audit.engines.schedule import Schedule
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, request_json
-from eu_audit.runtime.engine import ENGINES, Sampling, TokenAccount
 from eu_audit.runtime.models import LoadedModel, load_model
 
 SERVER_ENV = "EU_AUDIT_SERVER"  # the server's base URL when --server is not given
@@ -109,11 +110,13 @@ def _returned_ids(choice: dict[str, Any], resp: dict[str, Any]) -> list[int] | N
 
 
 @ENGINES.register("openai")
-class OpenAIEngine:
-    """One session's state on a served model: its segments, client side."""
+class OpenAIEngine(Schedule):
+    """One session's state on a served model: its segments, client side. Turns and branches follow the
+    shared schedule; a forward pass is a request."""
 
     name = "openai"
-    concurrent = True  # sessions may run in parallel threads, each with its own engine (and slot)
+    #: sessions may run in parallel threads, each with its own engine (and slot); exactness is measured
+    abilities: ClassVar[Abilities] = Abilities(concurrent_sessions=True)
 
     def __init__(
         self,
@@ -247,13 +250,10 @@ class OpenAIEngine:
         self._segs = kept
         self._restored = True
 
-    @contextlib.contextmanager
-    def branch(self) -> Iterator[None]:
-        start = self.offset
-        try:
-            yield
-        finally:
-            self.crop(start)
+    def commit(self, start: int, ids: Sequence[int]) -> None:
+        """The turn as one segment (the next request sends it as one batch)."""
+        self.crop(start)
+        self.prefill(ids)
 
     # -- requests ------------------------------------------------------------------------------
     def _native(self, prompt: Sequence[int], n_predict: int, sampling: Sampling) -> dict[str, Any]:
@@ -411,24 +411,6 @@ class OpenAIEngine:
         if finish in ("stop", "eos") and len(ids) < max_tokens and stop_ids:
             return [*ids, stop_ids[0]]  # the server stopped at end-of-generation without returning it
         return ids
-
-    def generate_turn(
-        self,
-        *,
-        prefix_ids: Sequence[int],
-        max_tokens: int,
-        stop_ids: Sequence[int],
-        closing_ids: Sequence[int],
-        closing_after_stop: Sequence[int],
-        sampling: Sampling,
-    ) -> list[int]:
-        start = self.offset
-        gen = self.decode(max_tokens=max_tokens, stop_ids=stop_ids, sampling=sampling, prefix_ids=prefix_ids)
-        ended = bool(gen) and gen[-1] in set(stop_ids)
-        turn = [*prefix_ids, *gen, *(closing_after_stop if ended else closing_ids)]
-        self.crop(start)
-        self.prefill(turn)  # committed as one segment (the next request sends it as one batch)
-        return turn
 
     # -- the serving layer's own state ---------------------------------------------------------
     def cached_tokens_for(self, prompt: Sequence[int]) -> int | None:

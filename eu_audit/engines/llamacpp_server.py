@@ -2,7 +2,7 @@
 on a model eu-audit ships, for the ``openai`` engine's tests and benchmarks, and for users who want a
 served engine without a GPU:
 
-    python -m eu_audit.runtime.llamacpp_server --model smollm2-135m --port 8081
+    python -m eu_audit.engines.llamacpp_server --model smollm2-135m --port 8081
 
 It listens on 127.0.0.1 only, with two slots (``--parallel``: a session and its isolated sub-tasks),
 prompt caching on, the host-RAM prompt
@@ -100,7 +100,7 @@ def running(model: str, *, port: int | None = None, cache_ram_mib: int = 0) -> I
     cmd = [
         sys.executable,
         "-m",
-        "eu_audit.runtime.llamacpp_server",
+        "eu_audit.engines.llamacpp_server",
         "--model",
         model,
         "--port",
@@ -132,7 +132,7 @@ def running(model: str, *, port: int | None = None, cache_ram_mib: int = 0) -> I
 def main(argv: list[str] | None = None) -> int:
     from eu_audit.runtime.models import gguf_path, resolve_model
 
-    ap = argparse.ArgumentParser(prog="python -m eu_audit.runtime.llamacpp_server", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m eu_audit.engines.llamacpp_server", description=__doc__)
     ap.add_argument("--model", default="smollm2-135m", help="a registered model or a .gguf file")
     ap.add_argument("--port", type=int, default=8081)
     ap.add_argument(

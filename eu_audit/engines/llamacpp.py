@@ -1,6 +1,8 @@
 """The ``llamacpp`` engine: llama.cpp (the ik_llama.cpp fork, prebuilt wheel ``ik-llama-cpp-python``) on
 the GGUF files eu-audit ships, under the same canonical schedule as the HF engine.
 
+The schedule itself is ``eu_audit.engines.schedule``'s; this module is llama.cpp's primitives:
+
 - one ``llama_decode`` per segment (an observation, a committed turn), with ``n_ubatch`` at least as
   large as any segment, so a segment is always one forward pass;
 - a model turn is decoded token by token and then committed: the turn's positions are removed and the
@@ -20,20 +22,19 @@ ones the HF engine would use; llama.cpp only ever sees ids.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
+from eu_audit.engines.base import ENGINES, Abilities, Branch
+from eu_audit.engines.schedule import LocalEngine, generator, pick
 from eu_audit.errors import BadInput, CropUnsupported, RunFailed
-from eu_audit.runtime.engine import ENGINES, Branch, Sampling, TokenAccount
 from eu_audit.runtime.models import LoadedModel, load_gguf_model
 
 WHEEL = "ik-llama-cpp-python"
@@ -127,11 +128,12 @@ def wheel_version() -> str:
 
 
 @ENGINES.register("llamacpp")
-class LlamaCppEngine:
+class LlamaCppEngine(LocalEngine):
     """llama.cpp on one sequence (seq 0), batch 1, CPU; branches of the state (probes, samples) decode
-    together on sequences 1.. (``decode_branches``)."""
+    together on sequences 1.. (``run_branches``)."""
 
     name = "llamacpp"
+    abilities: ClassVar[Abilities] = Abilities(exact=True, batched_branches=True)
 
     def __init__(
         self,
@@ -146,9 +148,7 @@ class LlamaCppEngine:
             raise BadInput(
                 f"model '{loaded.name}' has no GGUF file: the llamacpp engine needs one (--engine hf)"
             )
-        self.loaded = loaded
-        self.tokenizer = loaded.tokenizer
-        self.account = TokenAccount()
+        super().__init__(loaded)
         self.n_ctx, self.n_ubatch = n_ctx, min(n_ubatch, n_ctx)
         self.n_threads = n_threads or _threads()
         self._api = _Lib.get()
@@ -168,8 +168,6 @@ class LlamaCppEngine:
             raise RunFailed(f"llama.cpp could not create a context of {n_ctx} tokens for '{loaded.name}'")
         vocab = C.llama_model_get_vocab(self._model)
         self.n_vocab = int(self._api.lib.llama_vocab_n_tokens(vocab))
-        self._tokens: list[int] = []
-        self._last_logits: np.ndarray | None = None
         self._check_croppable()
 
     @classmethod
@@ -203,12 +201,16 @@ class LlamaCppEngine:
 
     # -- state ---------------------------------------------------------------------------------
     @property
-    def offset(self) -> int:
-        return len(self._tokens)
+    def context_size(self) -> int:
+        return self.n_ctx
 
     @property
-    def tokens(self) -> list[int]:
-        return list(self._tokens)
+    def max_segment(self) -> int | None:
+        return self.n_ubatch
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_vocab
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -222,12 +224,7 @@ class LlamaCppEngine:
             "weights": "GGUF as shipped",
         }
 
-    def reset(self) -> None:
-        self._api.C.llama_kv_cache_clear(self._ctx)
-        self._tokens = []
-        self._last_logits = None
-
-    def sibling(self) -> LlamaCppEngine:
+    def sibling(self, id_slot: int | None = None) -> LlamaCppEngine:
         side = LlamaCppEngine(self.loaded, n_ctx=self.n_ctx, n_ubatch=self.n_ubatch, n_threads=self.n_threads)
         side.account = self.account
         return side
@@ -242,22 +239,26 @@ class LlamaCppEngine:
 
     @property
     def last_logits(self) -> np.ndarray | None:
-        return None if self._last_logits is None else self._last_logits.copy()
+        return None if self._last_logits is None else np.array(self._last_logits, copy=True)
 
     # -- primitives ----------------------------------------------------------------------------
-    def _forward(self, ids: Sequence[int]) -> np.ndarray:
+    def _run(self, ids: Sequence[int]) -> np.ndarray:
         n = len(ids)
         if self.offset + n > self.n_ctx:
             raise RunFailed(f"the session needs more than the engine's context of {self.n_ctx} tokens")
         items = [(int(t), self.offset + i, 0, i == n - 1) for i, t in enumerate(ids)]
-        logits = self._llama_decode(items, f"at position {self.offset}")[0]
-        self._tokens.extend(int(t) for t in ids)
-        self._last_logits = logits
-        return logits
+        return self._llama_decode(items, f"at position {self.offset}")[0]
+
+    def _drop(self, offset: int) -> None:
+        if not self._api.lib.llama_kv_cache_seq_rm(self._ctx, 0, offset, -1):
+            raise CropUnsupported(f"llama.cpp refused to remove positions {offset}.. of the sequence")
+
+    def _clear(self) -> None:
+        self._api.C.llama_kv_cache_clear(self._ctx)
 
     def _llama_decode(self, items: Sequence[tuple[int, int, int, bool]], where: str) -> list[np.ndarray]:
         """One ``llama_decode`` of (token, position, sequence, wants logits) items; returns the logits
-        asked for, in order."""
+        asked for, in order. The caller accounts the forward pass."""
         n = len(items)
         if n > self.n_ubatch:
             raise RunFailed(
@@ -277,106 +278,14 @@ class LlamaCppEngine:
             C.llama_batch_free(batch)
         if rc != 0:
             raise RunFailed(f"llama_decode failed (code {rc}) {where}")
-        self.account.forwards += 1
         return [
             np.ctypeslib.as_array(C.llama_get_logits_ith(self._ctx, i), shape=(self.n_vocab,)).copy()
             for i, item in enumerate(items)
             if item[3]
         ]
 
-    def prefill(self, ids: Sequence[int]) -> None:
-        """Run one segment through the model as a single chunk."""
-        if not ids:
-            return
-        self._forward(ids)
-        self.account.prefilled += len(ids)
-
-    def _truncate(self, offset: int) -> None:
-        if not 0 <= offset <= self.offset:
-            raise ValueError(f"cannot crop to {offset}: the cache holds {self.offset} tokens")
-        if offset < self.offset:
-            if not self._api.lib.llama_kv_cache_seq_rm(self._ctx, 0, offset, -1):
-                raise CropUnsupported(f"llama.cpp refused to remove positions {offset}.. of the sequence")
-            del self._tokens[offset:]
-        self._last_logits = None  # logits belong to the dropped position; a prefill comes next
-
-    def crop(self, offset: int) -> None:
-        """Restore the state that held the first ``offset`` tokens (a segment start)."""
-        self._truncate(offset)
-        self.account.reused += offset
-
-    @contextlib.contextmanager
-    def branch(self) -> Iterator[None]:
-        """Run continuations from the current state, then come back to it by a crop."""
-        start, logits = self.offset, self._last_logits
-        try:
-            yield
-        finally:
-            self._truncate(start)
-            self._last_logits = logits
-            self.account.reused += start
-
-    @staticmethod
-    def _pick(logits: np.ndarray, sampling: Sampling, gen: torch.Generator | None) -> int:
-        if sampling.temperature == 0:
-            return int(np.argmax(logits))
-        probs = torch.softmax(torch.from_numpy(logits) / sampling.temperature, dim=-1)
-        return int(torch.multinomial(probs, 1, generator=gen))
-
-    def decode(
-        self,
-        *,
-        max_tokens: int,
-        stop_ids: Sequence[int],
-        sampling: Sampling,
-        prefix_ids: Sequence[int] = (),
-        stop_early: Callable[[Sequence[int]], bool] | None = None,
-    ) -> list[int]:
-        """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
-        included). The state is left token-by-token: ``commit`` makes it canonical."""
-        if prefix_ids:
-            self.prefill(prefix_ids)
-        logits = self._last_logits
-        if logits is None:
-            raise RunFailed("decode needs a prefilled segment first (the state ends at a crop point)")
-        gen = torch.Generator().manual_seed(int(sampling.seed or 0)) if sampling.temperature > 0 else None
-        stops = set(stop_ids)
-        out: list[int] = []
-        for i in range(max_tokens):
-            tok = self._pick(logits, sampling, gen)
-            out.append(tok)
-            if tok in stops or i == max_tokens - 1 or (stop_early is not None and stop_early(out)):
-                break  # the last id is not fed here: commit feeds the whole turn
-            logits = self._forward([tok])
-        self.account.decoded += len(out)
-        return out
-
-    def commit(self, start: int, ids: Sequence[int]) -> None:
-        """Make the turn canonical: remove it, decode its ids again as one chunk."""
-        self._truncate(start)
-        self._forward(ids)
-        self.account.prefilled += len(ids)
-
-    def generate_turn(
-        self,
-        *,
-        prefix_ids: Sequence[int],
-        max_tokens: int,
-        stop_ids: Sequence[int],
-        closing_ids: Sequence[int],
-        closing_after_stop: Sequence[int],
-        sampling: Sampling,
-    ) -> list[int]:
-        """One model turn under the canonical schedule; returns the committed ids of the turn."""
-        start = self.offset
-        gen = self.decode(max_tokens=max_tokens, stop_ids=stop_ids, sampling=sampling, prefix_ids=prefix_ids)
-        ended = bool(gen) and gen[-1] in set(stop_ids)
-        turn = [*prefix_ids, *gen, *(closing_after_stop if ended else closing_ids)]
-        self.commit(start, turn)
-        return turn
-
     # -- branches decoded together -------------------------------------------------------------
-    def decode_branches(self, branches: Sequence[Branch], *, stop_ids: Sequence[int]) -> list[list[int]]:
+    def run_branches(self, branches: Sequence[Branch], stop_ids: Sequence[int]) -> list[list[int]]:
         """Continuations of the current state, each on its own sequence, decoded as one batch per step
         (one token of every unfinished branch per ``llama_decode``). Segments keep the canonical
         schedule: each is one forward pass on its branch's sequence, and a first segment that branches
@@ -404,6 +313,7 @@ class LlamaCppEngine:
         n = len(ids)
         items = [(int(t), pos + i, seq, i == n - 1) for i, t in enumerate(ids)]
         logits = self._llama_decode(items, f"on a branch segment at position {pos}")[0]
+        self.account.forwards += 1
         self.account.prefilled += n
         return logits
 
@@ -444,10 +354,7 @@ class LlamaCppEngine:
         logits: list[np.ndarray | None],
         stops: set[int],
     ) -> list[list[int]]:
-        gens = [
-            torch.Generator().manual_seed(int(b.sampling.seed or 0)) if b.sampling.temperature > 0 else None
-            for b in group
-        ]
+        gens = [generator(b.sampling) for b in group]
         outs: list[list[int]] = [[] for _ in group]
         active = [i for i, b in enumerate(group) if b.max_tokens > 0]
         while active:
@@ -456,7 +363,7 @@ class LlamaCppEngine:
                 lg = logits[i]
                 if lg is None:
                     raise RunFailed("a branch needs a prefilled segment first (the state ends at a crop)")
-                tok = self._pick(lg, group[i].sampling, gens[i])
+                tok = pick(lg, group[i].sampling, gens[i])
                 outs[i].append(tok)
                 if tok not in stops and len(outs[i]) < group[i].max_tokens:
                     feed.append(i)  # the last id is not fed, as in decode
@@ -464,6 +371,7 @@ class LlamaCppEngine:
                 break
             items = [(outs[i][-1], pos[i], seqs[i], True) for i in feed]
             fresh = self._llama_decode(items, f"on a batch of {len(feed)} branch tokens")
+            self.account.forwards += 1
             for i, lg in zip(feed, fresh, strict=True):
                 logits[i] = lg
                 pos[i] += 1

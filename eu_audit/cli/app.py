@@ -1,0 +1,134 @@
+"""The CLI's shared parts: the Typer app, the consoles, the progress bar, the exit-code contract and the
+option types several commands use. Each command lives in a module of its own beside this one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from eu_audit import __version__
+from eu_audit.errors import EuAuditError
+from eu_audit.jsonl import interrupt_on_sigterm
+
+app = typer.Typer(
+    name="eu-audit",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    help="Prove whether an LLM agent really forgets: record agent sessions on a local KV engine, apply "
+    "forget methods, audit what is left.\n\nExit codes: 0 ok, 1 a gate failed, 2 bad input, 3 run failed, "
+    "4 a gate is inconclusive at this n.",
+)
+suites_app = typer.Typer(help="List, show and build episode suites.", no_args_is_help=True)
+app.add_typer(suites_app, name="suites")
+out = Console()
+err = Console(stderr=True)
+#: 0 held, 1 a gate failed, 2 bad input, 3 the run failed, 4 a gate is inconclusive at this n
+EXIT_CODES = (0, 1, 2, 3, 4)
+DEBUG_ENV = "EU_AUDIT_DEBUG"  # set to 1 (or pass --debug) to see the traceback of a failed run
+
+
+def say(console: Console, *parts: str | Text) -> None:
+    """Print text that may hold user-controlled strings (paths, ids, rules): never parsed as markup."""
+    console.print(Text.assemble(*parts), highlight=False)
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
+    """A Rich progress bar on stderr; yields the ``progress(what, done, total)`` callback."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as prog:
+        task = prog.add_task("loading model", total=None)
+
+        def report(what: str, done: int, total: int) -> None:
+            # the description is rendered as markup: escape user-controlled ids
+            from rich.markup import escape
+
+            prog.update(task, description=escape(what), completed=done, total=total)
+
+        yield report
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"eu-audit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help=f"Print the traceback when a run fails (or set {DEBUG_ENV}=1).")
+    ] = False,
+) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
+
+
+#: shared by audit and unlearn: the key that signs a receipt
+SigningKey = Annotated[Path | None, typer.Option(help="The receipt's ed25519 private key (PEM).")]
+#: shared by every command that writes files: an existing output is replaced only when asked (never an input)
+Force = Annotated[
+    bool, typer.Option(help="Replace existing outputs (files, and record's state folder); never an input.")
+]
+
+
+#: shared by record and audit: a deterministic split of the sessions (see eu_audit/shards.py)
+ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run only shard I of N (session i when i mod N = I-1; ids and seeds stay run-wide); join the "
+        "shards with `eu-audit merge`.",
+        metavar="I/N",
+    ),
+]
+
+
+def fail(exc: BaseException, message: str, code: int) -> None:
+    say(err, Text("error: ", style="bold red"), message)
+    if os.environ.get(DEBUG_ENV):
+        err.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
+    sys.exit(code)
+
+
+def main() -> None:
+    """Run the CLI under the one exit-code contract: 0 ok, 1 a gate failed, 2 bad input, 3 run failed,
+    4 a gate is inconclusive.
+    Nothing else leaves this function: an unexpected error is a failed run (3), one line, and its
+    traceback with --debug or EU_AUDIT_DEBUG=1."""
+    interrupt_on_sigterm()  # a kill unwinds like ^C, so no temporary file is left behind
+    try:
+        rc = app(standalone_mode=False)
+    except EuAuditError as exc:
+        fail(exc, str(exc), exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        fail(exc, "interrupted; outputs are written atomically, so nothing half-written was left", 3)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 3
+        sys.exit(code if code in EXIT_CODES else 3)
+    except Exception as exc:
+        # Usage errors (typer vendors click: match by shape, not by class path).
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()
+            sys.exit(2)
+        fail(exc, f"the run failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 3)
+    sys.exit(rc if isinstance(rc, int) and rc in EXIT_CODES else 0)

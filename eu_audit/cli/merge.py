@@ -1,0 +1,58 @@
+"""``eu-audit merge``: join shard bundles or shard audits into one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from eu_audit.cli.app import (
+    Force,
+    app,
+    out,
+    say,
+)
+from eu_audit.cli.audit import apply_gates
+from eu_audit.errors import BadInput
+
+
+@app.command()
+def merge(
+    files: Annotated[list[Path], typer.Argument(help="Shard bundles, or shard audits (--json reports).")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="The merged bundle or audit JSON.")],
+    gate: Annotated[list[str] | None, typer.Option(help="With audits: rules to decide on the union.")] = None,
+    junit_path: Annotated[Path | None, typer.Option("--junit", help="With audits: JUnit XML.")] = None,
+    on_inconclusive: Annotated[str, typer.Option(help="With audits: fail (exit 4) or pass.")] = "fail",
+    force: Force = False,
+) -> None:
+    """Join the shards of one run: bundles into one bundle (then audit it), or shard audits into one
+    audit whose statistics are recomputed over every session, as a single run's would be. Shards of
+    different models, engines, suites or seeds, or that share a session, are refused (exit 2).
+
+    Examples:
+
+    [bold]eu-audit merge bb.1.jsonl bb.2.jsonl -o bb.jsonl[/]
+    [bold]eu-audit merge a1.json a2.json -o audit.json --gate 'agent.leak_probes<=floor'[/]
+    """
+    from eu_audit.jsonl import check_output_path
+    from eu_audit.shards import merge_bundles, merge_reports
+
+    if on_inconclusive not in ("fail", "pass"):
+        raise BadInput(f"--on-inconclusive must be fail or pass, not {on_inconclusive!r}")
+    check_output_path(out_path, force=force)
+    try:
+        head = files[0].read_bytes()[:200].lstrip() if files else b""
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror}", path=str(files[0])) from None
+    if head.startswith(b'{"type":"header"') or head.startswith(b'{"type": "header"'):
+        merged = merge_bundles(files, out_path, force=force)
+        say(out, f"wrote {merged} ({len(files)} shards); audit it with: eu-audit audit {merged}")
+        return
+    if junit_path is not None:
+        check_output_path(junit_path, force=force)
+    from eu_audit.gate import check_rules
+
+    rep = merge_reports(files)
+    check_rules(gate or [], rep.methods, rep.suites)
+    apply_gates(rep, gate or [], (out_path, junit_path, None), on_inconclusive)

@@ -1,0 +1,73 @@
+"""``eu-audit power``: the n a decisive verdict needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from eu_audit.cli.app import (
+    app,
+    out,
+    say,
+)
+from eu_audit.errors import BadInput
+
+
+@app.command()
+def power(
+    pilot: Annotated[
+        Path | None, typer.Argument(help="A pilot audit's --json report (its per-session rows are used).")
+    ] = None,
+    gate: Annotated[
+        list[str] | None,
+        typer.Option(help="Rules to size (default: the pilot's gates, else every method's floor rules)."),
+    ] = None,
+    worse_share: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Without a pilot: the share of sessions where the method is worse than the floor (0 for a "
+            "forget as good as the reference); prints the n a 0/1 floor rule needs to hold.",
+        ),
+    ] = None,
+    margin: Annotated[float, typer.Option(min=0.0, help="The gate's margin.")] = 0.1,
+    alpha: Annotated[float, typer.Option(min=0.0001, max=0.5, help="The gate's one-sided alpha.")] = 0.05,
+) -> None:
+    """How many sessions a decisive verdict needs: for each rule, its outcome on the pilot and the n at
+    which, at the pilot's observed rates, it would be held (or shown failed). Size a CI job before it runs.
+
+    Examples:
+
+    [bold]eu-audit power pilot.json[/]   [bold]eu-audit power --worse-share 0 --margin 0.1[/]
+    """
+    from eu_audit.verdict import n_for_share
+
+    if pilot is None:
+        if worse_share is None:
+            raise BadInput("give a pilot audit JSON, or --worse-share")
+        need = n_for_share(worse_share, margin, alpha)
+        say(
+            out,
+            f"a 0/1 rule against the floor, the method worse in {worse_share:.0%} of sessions: "
+            + (f"n >= {need} sessions to hold within margin {margin} at alpha {alpha}" if need else
+               f"no n holds it: {worse_share:.0%} is not within the margin {margin}"),
+        )  # fmt: skip
+        return
+    from eu_audit.audits.model import read_report
+    from eu_audit.gate import check_rules, default_rules, evaluate
+
+    rep = read_report(pilot)
+    rules = gate or [g.rule for g in rep.gates if g.rule != "no errored states"] or default_rules(rep)
+    check_rules(rules, rep.methods, rep.suites)
+    table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))
+    for col in ("rule", "now", "n now", "n that would decide", "test"):
+        table.add_column(col)
+    for g in evaluate(rep, rules, alpha=alpha, margin=margin):
+        decide = "-" if g.outcome != "inconclusive" else (str(g.n_needed) if g.n_needed else "none")
+        table.add_row(Text(g.rule), g.outcome, str(g.n), decide, Text(g.test))
+    out.print(table)

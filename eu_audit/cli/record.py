@@ -1,0 +1,294 @@
+"""``eu-audit record``: agent sessions on a local engine, or a black-box agent driven through the contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from eu_audit.blackbox.serve_api import DEFAULT_CONTROL_FILE
+from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.cli.app import (
+    Force,
+    ShardOption,
+    app,
+    out,
+    progress_bar,
+    say,
+)
+from eu_audit.errors import BadInput
+from eu_audit.runtime.models import DEFAULT_MODEL
+from eu_audit.shards import Shard
+
+RecordSuite = Annotated[
+    str,
+    typer.Option(
+        help="Suite name (see `eu-audit suites list`), an episodes JSONL file, or loader:PATH; "
+        "a comma list records --n sessions from each."
+    ),
+]
+RecordN = Annotated[
+    int | None,
+    typer.Option("--n", help="Sessions per suite (cycles through it); default: each episode once."),
+]
+RecordModel = Annotated[
+    str,
+    typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file."),
+]
+RecordSeed = Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")]
+RecordOutPath = Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")]
+RecordCheckpoints = Annotated[
+    CheckpointPolicy | None,
+    typer.Option(
+        help="Checkpoint policy (granularity only changes cost). Default: the episode's, else every_turn."
+    ),
+]
+RecordTemperature = Annotated[
+    float, typer.Option(min=0.0, help="0 = greedy; > 0 samples with per-turn seeds.")
+]
+RecordMaxTokens = Annotated[int, typer.Option(min=1, help="Default cap on tokens per model turn.")]
+RecordDtype = Annotated[str, typer.Option(help="float32 or bfloat16.")]
+RecordKvSidecar = Annotated[
+    bool, typer.Option(help="Also write the final KV cache as a safetensors sidecar.")
+]
+RecordStateDir = Annotated[
+    Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")
+]
+RecordEngine = Annotated[
+    str,
+    typer.Option(
+        help="KV engine: auto (llamacpp for models shipped as GGUF, else hf), llamacpp, hf "
+        "(transformers; needed for --kv-sidecar and span-only excision) or openai (a served model: "
+        "--server). Later commands follow the bundle's engine."
+    ),
+]
+RecordServer = Annotated[
+    str | None,
+    typer.Option(help="The OpenAI-compatible server of --engine openai (or EU_AUDIT_SERVER)."),
+]
+RecordConcurrency = Annotated[
+    int, typer.Option(min=1, help="Sessions in flight at once on a served engine (its batching).")
+]
+RecordAgent = Annotated[
+    str | None,
+    typer.Option(
+        help="Drive an agent eu-audit did not build instead (black box): http://host:port (the agent "
+        "contract, see `eu-audit schema agent-api`) or module:factory. Its own forget is called."
+    ),
+]
+RecordServe = Annotated[
+    str | None,
+    typer.Option(
+        help="With --agent: the `eu-audit serve` the agent's model calls go through (pins the samples' "
+        "seeds; its log shows what reached the model after the forget)."
+    ),
+]
+RecordK = Annotated[
+    int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
+]
+RecordServeControl = Annotated[
+    Path,
+    typer.Option(
+        help="With --agent --serve: the file where serve wrote its control secret (its --control-file). "
+        "Only the harness reads it; the agent under test is never given it."
+    ),
+]
+RecordAgentTimeout = Annotated[
+    float | None,
+    typer.Option(
+        min=0.1,
+        help="With --agent: wall seconds one agent call may take, whole (default: "
+        "$EU_AUDIT_AGENT_TIMEOUT, else 300).",
+    ),
+]
+RecordMaxResponseMb = Annotated[
+    float,
+    typer.Option(min=0.01, help="With --agent: the largest answer one agent call may return (MiB)."),
+]
+RecordMaxBundleMb = Annotated[
+    float, typer.Option(min=1.0, help="With --agent: the largest bundle a run may write (MiB).")
+]
+RecordKeepState = Annotated[
+    bool, typer.Option(help="With --agent: keep <out>.state/ when the run fails (for inspection).")
+]
+RecordHint = Annotated[
+    bool,
+    typer.Option(
+        help="With --agent: send the flagged observation's sanitized text with the forget. It is what "
+        "the reference tenant was fed, so an agent that replays with it matches it by construction; "
+        "off by default (the source text alone is sent), and the bundle records which was sent.",
+    ),
+]
+
+
+@app.command()
+def record(
+    suite: RecordSuite = "builtin",
+    n: RecordN = None,
+    model: RecordModel = DEFAULT_MODEL,
+    seed: RecordSeed = 0,
+    out_path: RecordOutPath = Path("trace.jsonl"),
+    checkpoints: RecordCheckpoints = None,
+    temperature: RecordTemperature = 0.0,
+    max_tokens: RecordMaxTokens = 48,
+    dtype: RecordDtype = "float32",
+    kv_sidecar: RecordKvSidecar = False,
+    state_dir: RecordStateDir = None,
+    engine: RecordEngine = "auto",
+    server: RecordServer = None,
+    concurrency: RecordConcurrency = 1,
+    agent: RecordAgent = None,
+    serve: RecordServe = None,
+    k: RecordK = 5,
+    serve_control: RecordServeControl = Path(DEFAULT_CONTROL_FILE),
+    agent_timeout: RecordAgentTimeout = None,
+    max_response_mb: RecordMaxResponseMb = 4.0,
+    max_bundle_mb: RecordMaxBundleMb = 512.0,
+    keep_state: RecordKeepState = False,
+    hint: RecordHint = False,
+    force: Force = False,
+    shard: ShardOption = None,
+) -> None:
+    """Run episodes through the agent runtime and write a JSONL trace bundle.
+
+    With --agent, drive your own agent instead: the factual stream on one tenant, then the agent's own
+    forget, the future turns and the probes; the same on a fresh tenant fed the stream without the target
+    (the B5 reference). `eu-audit audit` then gates it, no model needed.
+
+    Example:
+
+    [bold]eu-audit record --suite builtin --n 2 --model qwen2.5-coder-0.5b --seed 0 -o trace.jsonl[/]
+    """
+    from eu_audit.record import RecordOptions
+    from eu_audit.record import record as run_record
+
+    if agent is not None:
+        ignored = {
+            "--model": model != DEFAULT_MODEL,
+            "--checkpoints": checkpoints is not None,
+            "--temperature": temperature != 0.0,
+            "--max-tokens": max_tokens != 48,
+            "--dtype": dtype != "float32",
+            "--kv-sidecar": kv_sidecar,
+            "--engine": engine != "auto",
+            "--server": server is not None,
+            "--concurrency": concurrency != 1,
+        }
+        given = [name for name, on in ignored.items() if on]
+        if given:
+            raise BadInput(
+                f"{', '.join(given)}: not used with --agent (the agent picks its own model; serve's "
+                "--model and --engine choose what it talks to)"
+            )
+        from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
+
+        opts_bb = AgentRecordOptions(
+            agent=agent,
+            serve=serve,
+            serve_control=serve_control,
+            suite=suite,
+            n=n,
+            seed=seed,
+            out=out_path,
+            k=k,
+            state_dir=state_dir,
+            force=force,
+            keep_state=keep_state,
+            hint=hint,
+            shard=Shard.parse(shard) if shard else None,
+            bounds=Bounds(
+                call_s=agent_timeout if agent_timeout is not None else Bounds().call_s,
+                response_bytes=int(max_response_mb * (1 << 20)),
+                bundle_bytes=int(max_bundle_mb * (1 << 20)),
+            ),
+        )
+        _record_agent(opts_bb)
+        return
+    opts = RecordOptions(
+        suite=suite,
+        n=n,
+        model=model,
+        seed=seed,
+        out=out_path,
+        checkpoint_policy=checkpoints,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        dtype=dtype,
+        state_dir=state_dir,
+        kv_sidecar=kv_sidecar,
+        engine=engine,
+        server=server,
+        concurrency=concurrency,
+        force=force,
+        shard=Shard.parse(shard) if shard else None,
+    )
+    with progress_bar() as report:
+        res = run_record(opts, progress=report)
+    print_bundle_summary(res.bundle, res.path)
+    cp = res.checkpoint_bytes
+    if cp:
+        out.print(
+            f"checkpoints: {len(cp)} (metadata only), {sum(cp) / len(cp):.0f} bytes each on average, "
+            f"{max(cp)} max"
+        )
+    say(out, f"memory store and outbox: {res.state_dir}")
+    if res.sidecar:
+        say(out, f"KV sidecar: {res.sidecar}")
+
+
+def _record_agent(opts: Any) -> None:
+    from eu_audit.blackbox.drive import record_agent
+
+    agent, serve = opts.agent, opts.serve
+    with progress_bar() as report:
+        bundle, path = record_agent(opts, progress=report)
+    table = Table(title=Text(f"{path}  (agent {agent})"))
+    for col in ("session", "episode", "forget", "skipped steps", "z in prompts after", "z in store"):
+        table.add_column(col)
+    for s in bundle.sessions:
+        r = s.residues[0] if s.residues else None
+        ctx = (
+            "no serve log"
+            if r is None or r.context_calls is None
+            else f"{r.context_calls_with_z}/{r.context_calls}"
+        )
+        store = "no dump" if r is None or r.store_items is None else f"{r.store_items_with_z}/{r.store_items}"
+        forget = s.agent_forgets[0].status if s.agent_forgets else "-"
+        skipped = "; ".join(f"t{x.t} {x.kind}: {x.reason}" for x in s.session.skipped) or "-"
+        table.add_row(Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store)
+    out.print(table)
+    if not serve:
+        say(
+            out, "without --serve: Leak@k, choices and residue_context are not measurable (the audit says so)"
+        )
+
+
+def mean_text(values: list[int | None]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{sum(known) / len(known):.0f}" if known else "unknown"
+
+
+def print_bundle_summary(bundle: object, path: Path) -> None:
+    from eu_audit.bundle.io import Bundle
+
+    assert isinstance(bundle, Bundle)
+    h = bundle.header
+    table = Table(title=Text(f"{path}  ({h.model.name} on {h.engine}, seed {h.seed})"))
+    for col in ("session", "episode", "T", "tau", "blocks", "tool calls", "target seen in"):
+        table.add_column(col)
+    for s in bundle.sessions:
+        tau = s.tau()
+        hits = [f"{b.type.value}@t{b.turn}" for b in s.target_occurrences() if b.derived]
+        table.add_row(
+            Text(s.session_id),
+            Text(s.session.episode_id),
+            str(s.session.transitions),
+            "-" if tau is None else str(tau),
+            str(len(s.blocks)),
+            str(len(s.tool_calls)),
+            ", ".join(hits) or "(no derived artifact)",
+        )
+    out.print(table)

@@ -1,0 +1,101 @@
+"""``eu-audit serve``: the logged OpenAI-compatible model server a black-box agent calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from eu_audit.blackbox.serve_api import DEFAULT_CONTROL_FILE
+from eu_audit.cli.app import (
+    Force,
+    app,
+    err,
+    say,
+)
+from eu_audit.runtime.models import DEFAULT_MODEL
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str, typer.Option(help="Registered model, local HF directory or .gguf file.")
+    ] = DEFAULT_MODEL,
+    engine: Annotated[
+        str, typer.Option(help="KV engine: auto (llamacpp for GGUF models), llamacpp or hf.")
+    ] = "auto",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8088,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    log: Annotated[
+        Path | None, typer.Option(help="JSONL log of every request (mode 0600: prompts may hold targets).")
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="Proxy mode: forward to this OpenAI-compatible base URL (still logging and pinning)."
+        ),
+    ] = None,
+    pin: Annotated[
+        str,
+        typer.Option(help="Decoding until the harness says otherwise: greedy, or agent (its own settings)."),
+    ] = "greedy",
+    control_file: Annotated[
+        Path,
+        typer.Option(
+            help="Where to write this run's control secret (0600, new each start): the harness "
+            "(record --agent --serve-control) needs it to mark phases, pin decoding and read the log."
+        ),
+    ] = Path(DEFAULT_CONTROL_FILE),
+    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body (MiB).")] = 4.0,
+    max_tokens: Annotated[
+        int, typer.Option(min=1, help="Most completion tokens per request (the context bounds it too).")
+    ] = 1024,
+    request_timeout: Annotated[
+        float, typer.Option(min=1.0, help="Wall seconds per request, the wait for the model included.")
+    ] = 300.0,
+    force: Force = False,
+    repetition_guard: Annotated[
+        bool,
+        typer.Option(
+            help="Stop decoding that repeats one short pattern (48+ tokens, period <= 24): greedy small "
+            "models loop to the token cap otherwise. Logged as finish 'repetition'; clients see 'length'.",
+        ),
+    ] = True,
+) -> None:
+    """Serve the model the agent under test talks to: OpenAI-compatible /v1/chat/completions (with tools),
+    /v1/completions, /v1/embeddings (MiniLM), /v1/models; /health and /eu-audit/v1/progress. Every request
+    is logged; the harness pins decoding. Point the agent's OPENAI_BASE_URL at http://HOST:PORT/v1.
+
+    Example:
+
+    [bold]eu-audit serve --model smollm2-135m --port 8088 --log serve.jsonl[/]
+    """
+    from eu_audit.blackbox.serve import run_server
+    from eu_audit.blackbox.serve_api import Limits
+    from eu_audit.jsonl import check_output_path
+
+    if pin not in ("greedy", "agent"):
+        raise typer.BadParameter("--pin must be greedy or agent")
+    if log is not None:
+        check_output_path(log)
+    check_output_path(control_file)
+    limits = Limits(
+        max_body_bytes=int(max_body_mb * (1 << 20)),
+        max_tokens=max_tokens,
+        request_timeout_s=request_timeout,
+        repetition_guard=repetition_guard,
+    )
+    say(err, f"eu-audit serve: loading {upstream or model} ... (control secret: {control_file})")
+    run_server(
+        model=model,
+        engine=engine,
+        host=host,
+        port=port,
+        log_path=log,
+        upstream=upstream,
+        pin=pin,
+        control_file=control_file,
+        limits=limits,
+        force=force,
+    )
