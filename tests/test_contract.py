@@ -225,7 +225,7 @@ def test_the_agent_contract_is_one_table_its_docs_server_and_client_are_made_fro
         assert len(client.dump("t/1").items) == 2  # the naive forget kept both
         client.reset("t/1")
         assert client.dump("t/1").items == []
-        with pytest.raises(AgentUnreachable, match="lacks POST /eu-audit/v1/sessions/.*/fork"):
+        with pytest.raises(AgentUnreachable, match=r"lacks POST /eu-audit/v1/sessions/.*/fork"):
             client.fork(sid)  # an optional call the agent lacks: 501, named
     finally:
         server.should_exit = True
