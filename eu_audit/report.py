@@ -12,7 +12,7 @@ from statistics import fmean
 from typing import Any
 
 from eu_audit.audits.metric import report_metrics
-from eu_audit.audits.model import FLOOR, AuditReport
+from eu_audit.audits.model import FLOOR, AuditReport, read_report
 from eu_audit.audits.output import fmt, row_order, shown_suites
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer, check_input_file
@@ -51,13 +51,7 @@ def _rate_table(rows: list[SweepRow], methods: list[str]) -> list[str]:
 
 
 def sweep_section(folder: Path, out: Path) -> list[str]:
-    manifest_path = folder / "sweep.json"
-    if not manifest_path.is_file():
-        raise BadInput("not a sweep folder (no sweep.json): run eu-audit sweep first", path=str(folder))
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"not valid JSON: {exc}", path=str(manifest_path)) from None
+    manifest = _sweep_manifest(folder)
     rows = load_rows(folder)
     if not rows:
         raise BadInput(f"{folder} has no rows yet (run the sweep first)", path=str(folder))
@@ -91,7 +85,7 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
         f"{manifest.get('engine', 'hf')}, seed {manifest['seed']}, "
         f"suite builder {manifest['suite']}, n = {manifest['n']} per value, turns after the target "
         f"{manifest['turns_after']}; eu-audit {manifest['eu_audit']}, torch {manifest['torch']}, "
-        f"transformers {manifest['transformers']}.",
+        f"transformers {manifest['transformers']}; commit {manifest.get('commit', 'not recorded')}.",
         "",
     ]
     return lines
@@ -99,10 +93,7 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
 
 def audit_section(path: Path, out: Path) -> list[str]:
     check_input_file(path)
-    try:
-        rep = AuditReport.model_validate_json(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise BadInput(f"not an audit report (eu-audit audit --json): {exc}", path=str(path)) from None
+    rep = read_report(path)
     from eu_audit.audits.output import summary_lines
 
     metrics = report_metrics()
@@ -143,8 +134,10 @@ def audit_section(path: Path, out: Path) -> list[str]:
         plt.close(fig)
         lines += [f"![behavior]({png.name})", ""]
     lines += [
+        f"Command: `{rep.command or 'not recorded'}`  ",
         f"Audit of `{rep.bundle}` (sha256 {rep.bundle_digest[:12]}), k = {rep.k} at T = {rep.temperature}, "
-        f"seed {rep.seed}, margin {rep.margin}, eu-audit {rep.tool_version}; model {rep.model}"
+        f"seed {rep.seed}, margin {rep.margin}, eu-audit {rep.tool_version} "
+        f"(commit {rep.tool_commit or 'not recorded'}); model {rep.model}"
         + (f" (weights sha256 {rep.model_digest[:12]})" if rep.model_digest else "")
         + f" on {rep.engine}"
         + (f" ({rep.engine_facts['library']})" if rep.engine_facts.get("library") else "")
@@ -209,11 +202,59 @@ def _rates_plot(rep: AuditReport, path: Path, out: Path) -> list[str]:
     return [f"![rates per method, {suite}]({png.name})", ""]
 
 
-def write_report(sweeps: list[Path], audits: list[Path], out: Path, title: str, notes: Path | None) -> Path:
+#: beside report.md: the data it was made from, so ``eu-audit report --rows`` makes it again, byte for byte
+ROWS = "rows"
+MANIFEST = "report.json"
+
+
+def _origin(audits: list[Path], sweeps: list[Path]) -> dict[str, list[str]]:
+    """(model, engine, commit) -> the inputs made under it: a report mixes them only when asked."""
+    out: dict[str, list[str]] = {}
+    for a in audits:
+        rep = read_report(a)
+        commit = rep.tool_commit or f"release {rep.tool_version}"
+        key = f"model {rep.model}, engine {rep.engine}, commit {commit}"
+        out.setdefault(key, []).append(str(a))
+    for folder in sweeps:
+        m = _sweep_manifest(folder)
+        commit = m.get("commit") or f"release {m.get('eu_audit', '?')}"
+        out.setdefault(f"model {m['model']}, engine {m.get('engine', 'hf')}, commit {commit}", []).append(
+            str(folder)
+        )
+    return out
+
+
+def _sweep_manifest(folder: Path) -> dict[str, Any]:
+    manifest_path = folder / "sweep.json"
+    if not manifest_path.is_file():
+        raise BadInput("not a sweep folder (no sweep.json): run eu-audit sweep first", path=str(folder))
+    try:
+        manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"not valid JSON: {exc}", path=str(manifest_path)) from None
+    return manifest
+
+
+def write_report(
+    sweeps: list[Path],
+    audits: list[Path],
+    out: Path,
+    title: str,
+    notes: Path | str | None,
+    *,
+    allow_mixed: bool = False,
+) -> Path:
+    """report.md and its figures in ``out``, and beside them ``rows/``: a copy of every input (audit JSON,
+    sweep rows and manifest) and ``report.json``, from which ``regenerate`` makes the same report."""
+    origins = _origin(audits, sweeps)
+    if len(origins) > 1 and not allow_mixed:
+        listed = "; ".join(f"{k}: {', '.join(v)}" for k, v in origins.items())
+        raise BadInput(f"the inputs come from different models, engines or commits ({listed}); --allow-mixed")
+    notes_text = notes.read_text() if isinstance(notes, Path) else notes
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", ""]
-    if notes:
-        lines += [notes.read_text().strip(), ""]
+    if notes_text:
+        lines += [notes_text.strip(), ""]
     if audits:
         lines += ["## Audits", ""]
         for a in audits:
@@ -222,7 +263,53 @@ def write_report(sweeps: list[Path], audits: list[Path], out: Path, title: str, 
         lines += ["## Sweeps", ""]
         for s in sweeps:
             lines += sweep_section(s, out)
+    _save_rows(out / ROWS, sweeps, audits, title, notes_text, allow_mixed)
     path = out / "report.md"
     with atomic_writer(path, private=False) as f:
         f.write("\n".join(lines) + "\n")
     return path
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.resolve() != dst.resolve():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_writer(dst, private=False) as f:
+            f.write(src.read_text(encoding="utf-8"))
+
+
+def _save_rows(
+    rows: Path, sweeps: list[Path], audits: list[Path], title: str, notes: str | None, allow_mixed: bool
+) -> None:
+    for a in audits:
+        _copy(a, rows / "audits" / a.name)
+    for folder in sweeps:
+        for name in ("sweep.json", "rows.jsonl"):
+            _copy(folder / name, rows / "sweeps" / folder.name / name)
+    manifest = {
+        "format": "eu-audit/report@1",
+        "title": title,
+        "notes": notes,
+        "audits": [a.name for a in audits],
+        "sweeps": [s.name for s in sweeps],
+        "allow_mixed": allow_mixed,
+    }
+    with atomic_writer(rows / MANIFEST, private=False) as f:
+        f.write(json.dumps(manifest, indent=1) + "\n")
+
+
+def regenerate(folder: Path, out: Path) -> Path:
+    """The report whose rows are in ``folder`` (a report folder, or its ``rows/``), written to ``out``:
+    byte for byte the report.md they were saved with."""
+    rows = folder / ROWS if (folder / ROWS / MANIFEST).is_file() else folder
+    path = rows / MANIFEST
+    check_input_file(path)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        audits = [rows / "audits" / str(a) for a in manifest["audits"]]
+        sweeps = [rows / "sweeps" / str(s) for s in manifest["sweeps"]]
+        title, notes = str(manifest["title"]), manifest.get("notes")
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise BadInput(
+            f"not a report's rows manifest ({type(exc).__name__}: {exc})", path=str(path)
+        ) from None
+    return write_report(sweeps, audits, out, title, notes, allow_mixed=bool(manifest.get("allow_mixed")))

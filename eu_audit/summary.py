@@ -19,6 +19,7 @@ from eu_audit.audits.metrics import (
 )
 from eu_audit.audits.model import FLOOR, AuditReport, Cell, StateAudit
 from eu_audit.audits.scoring import FloorPair, score_against_floor, without_floor
+from eu_audit.build_info import source_commit
 from eu_audit.bundle.io import file_digest
 from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
 from eu_audit.trace.session import Bundle, SessionTrace
@@ -60,6 +61,8 @@ def summarise(
     return AuditReport(
         bundle=str(path),
         bundle_digest=file_digest(path),
+        tool_commit=source_commit(),
+        command=opts.command,
         unlearned=str(unlearned) if unlearned else None,
         model=model,
         model_digest=bundle.header.model.weight_digest,

@@ -236,6 +236,23 @@ def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_p
     # each table says what made it: the weights' digest and the engine
     assert f"weights sha256 {report['model_digest'][:12]}" in md and f"on {report['engine']}" in md
     assert (tmp_path / "report" / "rates-a.png").stat().st_size > 1000
+    # ... and the code and command that made it; its rows are saved beside it and make it again, byte for byte
+    assert f"commit {report['tool_commit']}" in md and "Command: `eu-audit audit " in md
+    again = run_cli("report", "--rows", str(tmp_path / "report"), "-o", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / "report.md").read_bytes() == (tmp_path / "report" / "report.md").read_bytes()
+    # rows of another commit are not mixed in silently; rows that break their schema are named
+    other = tmp_path / "other.json"
+    other.write_text(js.read_text().replace(report["tool_commit"], "0123456789ab"))
+    mixed = run_cli("report", "--audit", str(js), "--audit", str(other), "-o", str(tmp_path / "mixed"))
+    assert mixed.returncode == 2 and "different models, engines or commits" in mixed.stderr
+    assert str(other) in mixed.stderr
+    saved = tmp_path / "again" / "rows" / "audits" / "a.json"
+    broken = json.loads(saved.read_text())
+    broken["states"][0]["values"] = "many"
+    saved.write_text(json.dumps(broken))
+    bad = run_cli("report", "--rows", str(tmp_path / "again"), "-o", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and str(saved) in bad.stderr and "states.0.values" in bad.stderr, bad.stderr
 
 
 def test_bad_gate_or_bundle_exits_2_before_any_model_runs(tmp_path: Path, tiny_states: Path) -> None:

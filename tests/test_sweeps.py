@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from eu_audit.errors import BadInput
-from eu_audit.report import write_report
+from eu_audit.report import regenerate, write_report
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.sweeps import SweepOptions, fit_line, load_rows, run_sweep
 
@@ -64,6 +64,7 @@ def test_a_resumed_sweep_gives_the_same_rows_as_an_uninterrupted_one(
     text = report.read_text()
     assert "sweep `depth`" in text and "eu-audit sweep depth (test)" in text and "Paper:" in text
     assert (tmp_path / "report" / "sweep-whole.png").stat().st_size > 1000  # named after the folder
+    assert regenerate(tmp_path / "report", tmp_path / "again").read_bytes() == report.read_bytes()
 
 
 def test_a_sweep_folder_is_never_mixed_with_another(tiny: LoadedModel, tmp_path: Path) -> None:

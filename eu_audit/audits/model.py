@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from eu_audit import __version__
 
@@ -100,6 +100,8 @@ class GateResult(BaseModel):
 class AuditReport(BaseModel):
     format: Literal["eu-audit/audit@1"] = "eu-audit/audit@1"
     tool_version: str = __version__
+    tool_commit: str = ""  # the eu-audit commit that computed it (build_info.source_commit)
+    command: str = ""  # the command that made it
     bundle: str
     bundle_digest: str
     unlearned: str | None = None
@@ -136,5 +138,10 @@ def read_report(path: Path) -> AuditReport:
         return AuditReport.model_validate_json(Path(path).read_bytes())
     except OSError as exc:
         raise BadInput(f"cannot read: {exc.strerror}", path=str(path)) from None
+    except ValidationError as exc:
+        from eu_audit.jsonl import describe_validation_error
+
+        fld, msg = describe_validation_error(exc)
+        raise BadInput(f"not an eu-audit audit report ({msg})", path=str(path), field=fld) from None
     except ValueError as exc:
         raise BadInput(f"not an eu-audit audit report ({str(exc).splitlines()[0]})", path=str(path)) from None

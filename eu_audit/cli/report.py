@@ -25,16 +25,35 @@ def report(
     ] = None,
     title: Annotated[str, typer.Option(help="Report title.")] = "eu-audit report",
     notes: Annotated[Path | None, typer.Option(help="Markdown placed under the title.")] = None,
+    rows: Annotated[
+        Path | None,
+        typer.Option(
+            help="Make a report again from the rows saved beside it (a report folder or its rows/): "
+            "byte for byte the report.md they were saved with. Alone: no --sweep, --audit, --title, --notes."
+        ),
+    ] = None,
+    allow_mixed: Annotated[
+        bool,
+        typer.Option(help="Allow inputs from different models, engines or eu-audit commits in one report."),
+    ] = False,
 ) -> None:
-    """Write a Markdown report with PNG plots from sweeps and audits, each with its command and versions.
+    """Write a Markdown report with PNG plots from sweeps and audits, each with its command, engine, model
+    digest and eu-audit commit. The inputs are saved beside it (rows/), so anyone can check it:
+    `eu-audit report --rows DIR -o OUT` makes it again.
 
     Example:
 
     [bold]eu-audit report --sweep sweeps/tau --sweep sweeps/indep --audit audit.json -o reports/smollm2[/]
+    [bold]eu-audit report --rows reports/smollm2 -o /tmp/again[/]  (then diff the two report.md)
     """
-    from eu_audit.report import write_report
+    from eu_audit.report import regenerate, write_report
 
+    if rows is not None:
+        if sweep_dir or audit_json or notes or allow_mixed or title != "eu-audit report":
+            raise typer.BadParameter("--rows makes the report from its saved rows: give it alone (with -o)")
+        say(out, f"wrote {regenerate(rows, out_path)}")
+        return
     if not sweep_dir and not audit_json:
-        raise typer.BadParameter("give at least one --sweep or --audit")
-    path = write_report(sweep_dir or [], audit_json or [], out_path, title, notes)
+        raise typer.BadParameter("give at least one --sweep or --audit (or --rows)")
+    path = write_report(sweep_dir or [], audit_json or [], out_path, title, notes, allow_mixed=allow_mixed)
     say(out, f"wrote {path}")

@@ -22,7 +22,6 @@ The three cost sweeps (tau, granularity, position) run without a compaction (dep
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from eu_audit import __version__
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import cad
+from eu_audit.build_info import command_line, source_commit
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import AUTO, ENGINES, KVEngine, open_engine
 from eu_audit.errors import BadInput
@@ -104,7 +104,7 @@ class SweepOptions:
     max_tokens: int = 32
     values: list[str] | None = None  # a subset of the sweep's values
     engine: str = AUTO
-    command: str = field(default_factory=lambda: " ".join(["eu-audit", *sys.argv[1:]]))
+    command: str = field(default_factory=command_line)
 
 
 def rows_path(out: Path) -> Path:
@@ -146,6 +146,7 @@ def _manifest(opts: SweepOptions, spec: SweepSpec, engine: KVEngine) -> dict[str
         "turns_after": opts.turns_after,
         "methods": spec.methods,
         "eu_audit": __version__,
+        "commit": source_commit(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
