@@ -154,3 +154,57 @@ def thorough() -> NotebookAgent:
 
 def naive() -> NotebookAgent:
     return NotebookAgent(thorough=False)
+
+
+class LaneAgent:
+    """Keeps every user message and memory record of a tenant and sends them all to the model for each
+    reply, at the ``model_base_url`` its tenant was started with (serve's lane): a naive forget, so every
+    post-forget prompt of the forgetting tenant carries z. ``stray`` ignores the lane and calls serve's
+    root URL, as an agent with one global client would."""
+
+    def __init__(self, stray: bool = False) -> None:
+        self.serve = os.environ["EU_AUDIT_TEST_SERVE"].rstrip("/")
+        self.stray = stray
+        self.history: dict[str, list[dict[str, str]]] = {}
+        self.url: dict[str, str] = {}
+        self.tenant_of: dict[str, str] = {}
+        self.ids = count()
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(name="lanes", memory_inject=True, tenant_model_url=True)
+
+    def start(
+        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+    ) -> str:
+        # a run one tenant at a time gives no lane: serve's root URL is the tenant's then
+        self.url[tenant] = model_base_url if model_base_url and not self.stray else self.serve + "/v1"
+        sid = f"{tenant}-{next(self.ids)}"
+        self.tenant_of[sid] = tenant
+        self.history.setdefault(tenant, [])
+        return sid
+
+    def send(self, session_id: str, message: Message) -> Turn:
+        tenant = self.tenant_of[session_id]
+        self.history[tenant].append({"role": "user", "content": message.content})
+        body = {"messages": self.history[tenant], "max_tokens": 4}
+        status, got = _http("POST", self.url[tenant] + "/chat/completions", body)
+        assert status == 200, (status, got)
+        return Turn(text=str(got["choices"][0]["message"]["content"] or ""))
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
+        self.history.setdefault(tenant, []).append({"role": "system", "content": f"Memory: {record.text}"})
+        return Turn(text="")
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        return ForgetReceipt(status="ok", detail="(deleted nothing)")
+
+    def reset(self, tenant: str) -> None:
+        self.history[tenant] = []
+
+
+def lanes() -> LaneAgent:
+    return LaneAgent()
+
+
+def stray() -> LaneAgent:
+    return LaneAgent(stray=True)

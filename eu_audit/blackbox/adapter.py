@@ -74,7 +74,12 @@ class AgentUnderTest(Protocol):
 
     def capabilities(self) -> Capabilities: ...
 
-    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str: ...
+    def start(
+        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+    ) -> str:
+        """``model_base_url`` is given only to an agent whose capabilities say ``tenant_model_url`` (an
+        agent without that capability may leave the parameter out)."""
+        ...
 
     def send(self, session_id: str, message: Message) -> Turn: ...
 
@@ -160,8 +165,10 @@ class HttpAgent:
             raise AgentUnreachable(f"the agent speaks {caps.version!r}; this eu-audit speaks {API_VERSION}")
         return caps
 
-    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
-        body = StartSession(tenant=tenant, seed=seed, tools=tools)
+    def start(
+        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+    ) -> str:
+        body = StartSession(tenant=tenant, seed=seed, tools=tools, model_base_url=model_base_url)
         return str(self._op("start", body=body).session_id)
 
     def send(self, session_id: str, message: Message) -> Turn:
@@ -234,8 +241,11 @@ class InProcessAgent:
     def capabilities(self) -> Capabilities:
         return self._run("capabilities")
 
-    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
-        return self._run("start", tenant, seed=seed, tools=tools)
+    def start(
+        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+    ) -> str:
+        lane = {"model_base_url": model_base_url} if model_base_url else {}  # older agents lack the parameter
+        return self._run("start", tenant, seed=seed, tools=tools, **lane)
 
     def send(self, session_id: str, message: Message) -> Turn:
         return self._run("send", session_id, message)

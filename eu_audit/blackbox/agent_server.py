@@ -52,7 +52,8 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         return agent.capabilities()
 
     def start(body: StartSession) -> Session:
-        return Session(session_id=agent.start(body.tenant, seed=body.seed, tools=body.tools))
+        lane = {"model_base_url": body.model_base_url} if body.model_base_url else {}
+        return Session(session_id=agent.start(body.tenant, seed=body.seed, tools=body.tools, **lane))
 
     def send(session_id: str, body: Message) -> Turn:
         return agent.send(session_id, body)

@@ -26,10 +26,13 @@ What each call means (what a stranger would otherwise have to guess):
 
 - ``reset(tenant)``: forget everything the tenant has, as if it never existed: every session, memory row,
   history, summary, index entry. The harness calls it before each tenant's run; tenants never share state.
-- ``start(tenant, seed, tools)``: a new session of the tenant; it sees the tenant's memory (what the
-  agent keeps across sessions), not other sessions' transcripts unless the agent itself carries them over.
-  ``seed`` is the run's seed, for agents that sample on their own (most leave decoding to the model server,
-  which the harness pins); ``tools`` are the functions the harness will run when the agent calls them.
+- ``start(tenant, seed, tools, model_base_url)``: a new session of the tenant; it sees the tenant's
+  memory (what the agent keeps across sessions), not other sessions' transcripts unless the agent itself
+  carries them over. ``seed`` is the run's seed, for agents that sample on their own (most leave decoding
+  to the model server, which the harness pins); ``tools`` are the functions the harness will run when the
+  agent calls them. ``model_base_url``, sent only to an agent whose capabilities say
+  ``tenant_model_url``, is where every model call for this tenant must go from now on (serve's lane for
+  the tenant: tenants run at the same time are told apart by where their calls arrive).
 - messages: ``role: user`` is the user speaking; ``role: tool`` answers a call the agent made
   (``tool_call_id`` is that call's id) or, with ``tool_call_id: "scaffold-tN"``, brings a tool result the
   scenario ran at step N without a call of the agent's. An agent that keeps an OpenAI-style history
@@ -68,6 +71,9 @@ class Capabilities(_Model):
     memory_inject: bool = False  # store a memory record for a tenant (a memory step of an episode)
     store_dump: bool = False  # list what the agent keeps for a tenant (memory rows, history, summaries)
     compact: bool = False  # the agent compacts its context when told (a compaction step)
+    #: the agent sends a tenant's model calls to the ``model_base_url`` its sessions are started with
+    #: (what lets the harness drive tenants at the same time: ``record --agent --concurrency N``)
+    tenant_model_url: bool = False
 
 
 class ToolSpec(_Model):
@@ -81,6 +87,9 @@ class StartSession(_Model):
     tenant: str
     seed: int = 0
     tools: list[ToolSpec] = Field(default_factory=list)
+    #: the OpenAI base URL (ending in /v1) for every model call made for this tenant, its sessions, forks,
+    #: memory writes and forget; None: the agent's own configured one (a run driven one tenant at a time)
+    model_base_url: str | None = None
 
 
 class Session(_Model):

@@ -23,10 +23,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import secrets
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -95,6 +98,7 @@ class AgentRecordOptions:
     hint: bool = False  # send the sanitized text with the forget (the reference's input: see _hint)
     shard: Shard | None = None  # drive only this shard's sessions (ids stay run-wide)
     bounds: Bounds = field(default_factory=Bounds)
+    concurrency: int = 1  # tenants driven at the same time, each on its own lane of serve
 
 
 class ServeControl:
@@ -136,13 +140,34 @@ class ServeControl:
         return got
 
     def mark(self, **tag: Any) -> None:
-        self._call("/eu-audit/v1/mark", {"tag": tag})
+        self._call("/eu-audit/v1/mark", {"tag": tag, "lane": self.lane})
+
+    def unmark(self) -> None:
+        """Calls from now on belong to no tenant (a tenant's run is over)."""
+        self._call("/eu-audit/v1/mark", {"tag": None, "lane": self.lane})
 
     def greedy(self) -> None:
-        self._call("/eu-audit/v1/decoding", {"mode": "greedy"})
+        self._call("/eu-audit/v1/decoding", {"mode": "greedy", "lane": self.lane})
 
     def sampled(self, temperature: float, seed: int) -> None:
-        self._call("/eu-audit/v1/decoding", {"mode": "sampled", "temperature": temperature, "seed": seed})
+        body = {"mode": "sampled", "temperature": temperature, "seed": seed, "lane": self.lane}
+        self._call("/eu-audit/v1/decoding", body)
+
+    lane: str | None = None  # the root lane: every model call of a run driven one tenant at a time
+
+    def for_tenant(self) -> ServeControl:
+        """A fresh lane of serve for one tenant (its own marks and pinned decoding): the agent is told to
+        send that tenant's model calls to ``model_base_url``, so calls of tenants driven at the same time
+        are told apart by where they arrive."""
+        lane = ServeControl(self.url, self.secret)
+        lane.lane = secrets.token_hex(16)
+        return lane
+
+    @property
+    def model_base_url(self) -> str | None:
+        if self.url is None or self.lane is None:
+            return None
+        return f"{self.url}/lanes/{self.lane}/v1"
 
     def log(self) -> tuple[list[dict[str, Any]], str]:
         got = self._call("/eu-audit/v1/log?since=0")
@@ -183,6 +208,8 @@ class Driver:
         tenant: str,
     ) -> None:
         self.agent, self.caps, self.serve, self.outbox = agent, caps, serve, outbox
+        url = serve.model_base_url
+        self.lane = {"model_base_url": url} if url and caps.tenant_model_url else {}
         self.ep, self.opts, self.sid, self.tenant = ep, opts, sid, tenant
         self.view = WorldView(ep, world)
         self.env = self.view.environment()
@@ -227,7 +254,7 @@ class Driver:
         self.call(self.where(0, None, "reset"), lambda: self.agent.reset(self.tenant))
         self.session = self.call(
             self.where(0, None, "start"),
-            lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools),
+            lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools, **self.lane),
         )
         for item in self.ep.memory:  # records the tenant holds before the episode (never the target)
             if not self.caps.memory_inject:
@@ -378,7 +405,7 @@ class Driver:
         if self.caps.fork:
             return self.call(what, lambda: self.agent.fork(self.session)), "fork"
         return self.call(
-            what, lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools)
+            what, lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools, **self.lane)
         ), "fresh session"
 
     def ask(self, kind: Kind, name: str, prompt: str, seed: int | None) -> ElicitationRecord:
@@ -470,9 +497,10 @@ def run_tenant(
     tenant: str,
 ) -> tuple[SessionTrace, list[SkippedStep]]:
     d = Driver(agent, caps, serve, outbox, ep, opts, f"{sid}/{method}", world, tenant)
+    # marked before the agent hears of the tenant: on a lane, this opens it
+    serve.mark(session=d.sid, method=method, tenant=tenant, phase="stream")
     d.start()
     before, future = _split(ep)
-    serve.mark(session=d.sid, method=method, tenant=tenant, phase="stream")
     for t, step in before:
         d.step(t, step)
     forgets: list[AgentForgetRecord] = []
@@ -500,6 +528,7 @@ def run_tenant(
     for t, step in future:
         d.step(t, step)
     elicitations = d.elicit()
+    serve.unmark()  # what the agent does after this (its dump, another tenant) is not this tenant's
     dump = d.call(f"episode {ep.id}, {d.sid}, dump", lambda: agent.dump(tenant)) if caps.store_dump else None
     session = SessionRecord(
         session_id=d.sid,
@@ -522,6 +551,81 @@ def run_tenant(
     return trace, d.tx.skipped
 
 
+class _Progress:
+    """The progress callback, shared by the tenants in flight: what started last, how many finished."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress, self.total, self.finished = progress, total, 0
+        self._lock = threading.Lock()
+
+    def __call__(self, what: str) -> None:
+        if self.progress:
+            with self._lock:
+                self.progress(what, self.finished, self.total)
+
+    def done(self) -> None:
+        with self._lock:
+            self.finished += 1
+
+
+def _drive_all(
+    jobs: list[tuple[int, Episode, str, World]],
+    drive_one: Callable[[tuple[int, Episode, str, World]], SessionTrace],
+    opts: AgentRecordOptions,
+) -> list[SessionTrace]:
+    """Every tenant's trace, in the jobs' order: one after another, or ``opts.concurrency`` at a time (the
+    first failure cancels the tenants not yet started and is raised as it is)."""
+    size = 0
+
+    def kept(trace: SessionTrace) -> SessionTrace:
+        nonlocal size
+        size += sum(len(r.model_dump_json()) + 1 for r in trace.records())
+        if size > opts.bounds.bundle_bytes:
+            raise AgentFailed(
+                f"{trace.session_id}: the bundle would be over {opts.bounds.bundle_bytes >> 20} MiB "
+                "(--max-bundle-mb); the agent's answers are too large to keep"
+            )
+        return trace
+
+    if opts.concurrency <= 1:
+        return [kept(drive_one(job)) for job in jobs]
+    pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="eu-audit-tenant")
+    try:
+        futures = [pool.submit(drive_one, job) for job in jobs]
+        return [kept(f.result()) for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _check_concurrency(opts: AgentRecordOptions, serve: ServeControl, caps: Capabilities) -> None:
+    """Tenants at the same time are told apart by serve's lanes: that needs serve and an agent that
+    sends each tenant's model calls where it is told (refused before any tenant runs)."""
+    if opts.concurrency < 1:
+        raise BadInput("--concurrency must be at least 1")
+    if opts.concurrency == 1:
+        return
+    if serve.url is None:
+        raise BadInput("--concurrency needs --serve: serve's lanes are what tell tenants' model calls apart")
+    if not caps.tenant_model_url:
+        raise BadInput(
+            f"--concurrency {opts.concurrency}: agent {opts.agent} does not take a model URL per tenant "
+            "(capabilities.tenant_model_url is false), so its tenants' model calls could not be told "
+            "apart; drive it one tenant at a time (--concurrency 1) or shard the run (--shard I/N)"
+        )
+
+
+def _unattributed(entries: list[dict[str, Any]], since: int, run: str) -> int:
+    """Model calls since ``since`` that no tenant of run ``run`` owns: in a concurrent run only a lane's
+    calls carry this run's marks, so these arrived somewhere else (serve's root URL)."""
+    model = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+    return sum(
+        1
+        for e in entries[since:]
+        if e.get("endpoint") in model
+        and not str((e.get("mark") or {}).get("tenant", "")).startswith(f"{run}-")
+    )
+
+
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
     out = Path(opts.out)
     if out.exists() and not opts.force:
@@ -539,30 +643,36 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     info = serve.info()
     agent = open_agent(opts.agent, opts.bounds)
     caps = guarded(f"agent {opts.agent}, capabilities", agent.capabilities)
+    _check_concurrency(opts, serve, caps)
+    start_seq = len(serve.log()[0]) if opts.concurrency > 1 else 0
     state_dir = opts.state_dir or out.with_name(out.name + ".state")
     made_state = not state_dir.exists()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     outbox = Outbox(state_dir / "outbox.sqlite")
     run = uuid.uuid4().hex[:8]
-    sessions: list[SessionTrace] = []
-    size = 0
+    jobs = [(i, ep, method, world) for i, ep in chosen for method, world in METHODS]
+    progressed = _Progress(progress, len(jobs))
+
+    def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
+        i, ep, method, world = job
+        progressed(f"s{i} {method} {ep.id}")
+        lane = serve.for_tenant() if opts.concurrency > 1 else serve
+        trace, _ = run_tenant(
+            agent, caps, lane, outbox, ep, opts, f"s{i}", method, world, f"{run}-s{i}-{method}"
+        )
+        progressed.done()
+        return trace
+
     try:
-        for done, (i, ep) in enumerate(chosen):
-            for method, world in METHODS:
-                if progress:
-                    progress(f"s{i} {method} {ep.id}", 2 * done + (method == "b5"), 2 * len(chosen))
-                trace, _ = run_tenant(
-                    agent, caps, serve, outbox, ep, opts, f"s{i}", method, world, f"{run}-s{i}-{method}"
-                )
-                sessions.append(trace)
-                size += sum(len(r.model_dump_json()) + 1 for r in trace.records())
-                if size > opts.bounds.bundle_bytes:
-                    raise AgentFailed(
-                        f"episode {ep.id}, s{i}/{method}: the bundle would be over "
-                        f"{opts.bounds.bundle_bytes >> 20} MiB (--max-bundle-mb); the agent's answers are "
-                        "too large to keep"
-                    )
+        sessions = _drive_all(jobs, drive_one, opts)
         entries, digest = serve.log()
+        stray = _unattributed(entries, start_seq, run) if opts.concurrency > 1 else 0
+        if stray:
+            raise AgentFailed(
+                f"the agent sent {stray} model call(s) to serve's root URL while tenants ran at the same "
+                "time: no tenant can be held to them. It must send each tenant's calls to the "
+                "model_base_url it was started with (or run with --concurrency 1)"
+            )
     except BaseException:
         outbox.close()
         if made_state and not opts.keep_state:
@@ -571,7 +681,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     outbox.close()
     for trace in sessions:
         trace.residues[0] = context_residue(
-            trace.residues[0], entries, trace, digest, serve.url is not None, serve.key
+            trace.residues[0], entries, trace, digest, serve.url is not None, serve.key, run
         )
     if progress:
         progress("written", 2 * len(chosen), 2 * len(chosen))

@@ -41,6 +41,7 @@ from eu_audit.blackbox.contract import (
 )
 from eu_audit.checkpoints import CheckpointStore
 from eu_audit.engines import KVEngine
+from eu_audit.engines.served import OpenAIEngine, Server
 from eu_audit.episodes import Episode, Phase, Step, StepKind, Target
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
@@ -99,7 +100,9 @@ class ReferenceAgent:
         self.outbox = Outbox(Path(":memory:"))  # the host runs tools: nothing fires here
         self.sessions: dict[str, LiveSession] = {}
         self._ids = itertools.count()
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the registries below; a tenant's work holds its own lock
+        self._tenant_locks: dict[str, threading.RLock] = {}
+        self._engines: dict[str, KVEngine] = {}  # tenant -> its engine on serve's lane for it
 
     # -- the contract --------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
@@ -109,7 +112,40 @@ class ReferenceAgent:
             memory_inject=True,
             store_dump=True,
             compact=True,
+            tenant_model_url=isinstance(self.engine, OpenAIEngine),
         )
+
+    def _tenant(self, tenant: str) -> threading.RLock:
+        """One tenant's lock: tenants run side by side, each on its own lane of serve."""
+        with self._lock:
+            return self._tenant_locks.setdefault(tenant, threading.RLock())
+
+    def _of(self, tenant: str) -> list[LiveSession]:
+        with self._lock:
+            return [s for s in self.sessions.values() if s.tenant == tenant]
+
+    def _engine(self, tenant: str) -> KVEngine:
+        with self._lock:
+            return self._engines.get(tenant, self.engine)
+
+    def _use_lane(self, tenant: str, model_base_url: str) -> None:
+        """Every later model call of ``tenant`` goes to ``model_base_url`` (serve's lane for it)."""
+        if not isinstance(self.engine, OpenAIEngine) or not model_base_url.rstrip("/").endswith("/v1"):
+            raise BadInput(
+                f"model_base_url {model_base_url!r}: expected an eu-audit serve lane ending in /v1"
+            )
+        e = self.engine
+        root = model_base_url.rstrip("/")[: -len("/v1")]
+        lane = OpenAIEngine(
+            e.loaded,
+            Server(root),
+            model_id=e.model_id,
+            dialect=e.dialect,
+            schedule=e.schedule,
+            info=e.server_facts,
+        )
+        with self._lock:
+            self._engines[tenant] = lane
 
     def _new_agent(
         self,
@@ -123,12 +159,24 @@ class ReferenceAgent:
         settings = AgentSettings(max_tokens=self.max_tokens, seed=seed, host_tools=True, **kw)
         store = self.memory if memory is None else memory
         return Agent(
-            self.engine.sibling(), self.chat, episode, tenant, settings, store, self.outbox, tools=tools
+            self._engine(tenant).sibling(),
+            self.chat,
+            episode,
+            tenant,
+            settings,
+            store,
+            self.outbox,
+            tools=tools,
         )
 
-    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
-        with self._lock:
-            sid = f"{tenant}~{next(self._ids)}"
+    def start(
+        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+    ) -> str:
+        if model_base_url:
+            self._use_lane(tenant, model_base_url)
+        with self._tenant(tenant):
+            with self._lock:
+                sid = f"{tenant}~{next(self._ids)}"
             specs = runtime_tools(tools)
             episode = Episode.model_construct(
                 id=sid,
@@ -148,11 +196,13 @@ class ReferenceAgent:
             )
             agent = self._new_agent(tenant, episode, specs, seed)
             agent.start()
-            self.sessions[sid] = LiveSession(sid, tenant, agent, episode, specs, seed)
+            with self._lock:
+                self.sessions[sid] = LiveSession(sid, tenant, agent, episode, specs, seed)
             return sid
 
     def _session(self, session_id: str) -> LiveSession:
-        live = self.sessions.get(session_id)
+        with self._lock:
+            live = self.sessions.get(session_id)
         if live is None:
             raise BadInput(f"no session {session_id!r}")
         return live
@@ -173,8 +223,8 @@ class ReferenceAgent:
         return Turn(text=turn.text, actions=actions)
 
     def send(self, session_id: str, message: Message) -> Turn:
-        with self._lock:
-            live = self._session(session_id)
+        live = self._session(session_id)
+        with self._tenant(live.tenant):
             if message.role == "user":
                 return self._step(
                     live, Step(kind=StepKind.user, phase=Phase.further, content=message.content)
@@ -186,9 +236,10 @@ class ReferenceAgent:
     def fork(self, session_id: str) -> str:
         """A copy of the session's state (its cache rebuilt from the recorded ids): probing it never
         changes the original."""
-        with self._lock:
-            live = self._session(session_id)
-            sid = f"{live.tenant}~{next(self._ids)}"
+        live = self._session(session_id)
+        with self._tenant(live.tenant):
+            with self._lock:
+                sid = f"{live.tenant}~{next(self._ids)}"
             episode = live.episode.model_copy(deep=True)
             # a scratch store: restoring a fork rebuilds memory from the script, which must never write
             # back into the tenant's persistent store (a deleted record would come back)
@@ -213,11 +264,12 @@ class ReferenceAgent:
                 manifest=manifest_at(trace.blocks, live.agent.t),
             )
             agent.resume(trace, here, held=[])
-            self.sessions[sid] = LiveSession(sid, live.tenant, agent, episode, live.tools, live.seed)
+            with self._lock:
+                self.sessions[sid] = LiveSession(sid, live.tenant, agent, episode, live.tools, live.seed)
             return sid
 
     def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
-        with self._lock:
+        with self._tenant(tenant):
             live = self._latest(tenant)
             if live is None:  # no session yet: the record waits in the store for the next one
                 self.memory.add(tenant, record.id, record.text, [])
@@ -226,29 +278,29 @@ class ReferenceAgent:
             return self._step(live, step)
 
     def compact(self, session_id: str) -> Turn:
-        with self._lock:
-            return self._step(self._session(session_id), Step(kind=StepKind.compact, phase=Phase.further))
+        live = self._session(session_id)
+        with self._tenant(live.tenant):
+            return self._step(live, Step(kind=StepKind.compact, phase=Phase.further))
 
     def _latest(self, tenant: str) -> LiveSession | None:
-        own = [s for s in self.sessions.values() if s.tenant == tenant]
+        own = self._of(tenant)
         return own[-1] if own else None
 
     def reset(self, tenant: str) -> None:
-        with self._lock:
-            for sid in [s for s, live in self.sessions.items() if live.tenant == tenant]:
-                del self.sessions[sid]
+        with self._tenant(tenant):
+            with self._lock:
+                for sid in [s for s, live in self.sessions.items() if live.tenant == tenant]:
+                    del self.sessions[sid]
             for rid, _, _ in self.memory.records(tenant):
                 self.memory.delete(tenant, rid)
 
     def dump(self, tenant: str) -> StoreDump:
         """The tenant's persistent memory and every session's context (what the agent keeps)."""
-        with self._lock:
+        with self._tenant(tenant):
             items = [
                 StoredItem(store="memory", id=rid, text=text) for rid, text, _ in self.memory.records(tenant)
             ]
-            for live in self.sessions.values():
-                if live.tenant != tenant:
-                    continue
+            for live in self._of(tenant):
                 resident = set(live.agent.manifest)
                 for b in live.agent.blocks:
                     if b.id in resident:
@@ -257,7 +309,7 @@ class ReferenceAgent:
 
     # -- forget --------------------------------------------------------------------------------
     def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
-        with self._lock:
+        with self._tenant(tenant):
             matcher = TargetMatcher.of(request.target, request.variants)
             if not matcher.usable:
                 return ForgetReceipt(status="error", detail="the target has no usable string")
@@ -274,7 +326,7 @@ class ReferenceAgent:
                     status="ok", detail="memory records deleted", receipt={"deleted": deleted}
                 )
             replayed = {}
-            for live in [s for s in self.sessions.values() if s.tenant == tenant]:
+            for live in self._of(tenant):
                 n = self._replay(live, matcher, request)
                 if n is not None:
                     replayed[live.session_id] = n
@@ -327,7 +379,7 @@ class ReferenceAgent:
             shadow_consequential=True,
         )
         agent = Agent(
-            self.engine.sibling(),
+            self._engine(live.tenant).sibling(),
             self.chat,
             episode,
             live.tenant,

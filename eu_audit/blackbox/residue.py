@@ -70,9 +70,11 @@ def context_residue(
     digest: str,
     have_log: bool,
     key: str,
+    run: str,
 ) -> ResidueRecord:
     """``record`` with the serve-log side filled in for ``trace``'s tenant: the requests marked post-forget
-    by the harness's control key ``key`` (a mark set under any other key is not this run's)."""
+    by the harness's control key ``key`` (a mark set under any other key is not this run's) for a tenant
+    of run ``run`` (another run on the same serve reuses the session ids, never the run id)."""
     if not have_log:
         return record
     matcher = trace.matcher()
@@ -80,6 +82,7 @@ def context_residue(
         e
         for e in entries
         if (e.get("mark") or {}).get("key") == key
+        and str((e.get("mark") or {}).get("tenant", "")).startswith(f"{run}-")
         and (e.get("mark") or {}).get("session") == trace.session_id
         and (e.get("mark") or {}).get("phase") in AFTER
     ]

@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -47,6 +48,7 @@ from eu_audit.blackbox.chat_segments import ChatSegments, Generations, split_rep
 from eu_audit.blackbox.serve_api import (
     CONTROL_HEADER,
     FORWARDED,
+    LANE_PATTERN,
     ChatRequest,
     CompletionRequest,
     DecodingRequest,
@@ -97,6 +99,15 @@ class Decoding:
         return {**self.__dict__, "used": used.__dict__}
 
 
+@dataclass
+class Lane:
+    """One tenant's door to the model: the harness's mark and pinned decoding for the calls that arrive
+    there. The root lane (``/v1/...``) serves a run driven one tenant at a time."""
+
+    pin: Decoding
+    mark: LogMark | None = None
+
+
 def open_log(path: Path, *, force: bool) -> int:
     """The log's file descriptor: created 0600, never through a symlink, an existing file only with
     ``force`` (then emptied and made 0600)."""
@@ -123,7 +134,6 @@ class RequestLog:
 
     def __init__(self, path: Path | None, *, force: bool = False) -> None:
         self.entries: list[dict[str, Any]] = []
-        self.mark: LogMark | None = None
         self._lock = threading.Lock()
         self._file = None
         self.path = path
@@ -131,9 +141,9 @@ class RequestLog:
             self._file = os.fdopen(open_log(path, force=force), "w", encoding="utf-8")
         self._digest = hashlib.sha256()
 
-    def add(self, **fields: Any) -> dict[str, Any]:
+    def add(self, mark: LogMark | None = None, **fields: Any) -> dict[str, Any]:
         with self._lock:
-            entry = LogEntry(seq=len(self.entries), time=round(time.time(), 3), mark=self.mark, **fields)
+            entry = LogEntry(seq=len(self.entries), time=round(time.time(), 3), mark=mark, **fields)
             row = entry.model_dump(mode="json", exclude_none=True)
             self.entries.append(row)
             line = json.dumps(row, ensure_ascii=False) + "\n"
@@ -304,6 +314,7 @@ class Call:
 
     guard: bool = True  # stop a loop no agent asked for (``runaway``)
     looped: bool = False
+    lane: Lane | None = None  # where the call arrived (its mark and pinned decoding)
 
     def cancelled(self) -> bool:
         return self.gone.is_set() or self.stopping.is_set() or time.monotonic() > self.deadline
@@ -335,7 +346,10 @@ class Routes:
     Control endpoints: only with the control secret."""
 
     def __init__(self, backend: Backend, log: RequestLog, pin: Decoding, secret: str, limits: Limits) -> None:
-        self.backend, self.log, self.pin, self.limits = backend, log, pin, limits
+        self.backend, self.log, self.limits = backend, log, limits
+        self.default_pin = Decoding(**pin.__dict__)  # what a new lane starts with
+        self.lanes: dict[str, Lane] = {"": Lane(pin)}  # "" is the root lane
+        self._lanes_lock = threading.Lock()
         self.secret, self.key = secret, key_id(secret)
         self.started = time.time()
         self.stopping = threading.Event()  # set on SIGTERM / SIGINT: in-flight decoding ends
@@ -370,7 +384,21 @@ class Routes:
             raise Refused(400, _validation_message(exc)) from None
         return req
 
-    async def _serve(self, request: Any, endpoint: str, handler: Callable[[bytes, Call], Any]) -> Any:
+    @property
+    def pin(self) -> Decoding:
+        """The root lane's pinned decoding."""
+        return self.lanes[""].pin
+
+    def lane(self, name: str) -> Lane:
+        """The lane ``name``, made on the harness's first mark or pin for it."""
+        with self._lanes_lock:
+            if name not in self.lanes:
+                self.lanes[name] = Lane(Decoding(**self.default_pin.__dict__))
+            return self.lanes[name]
+
+    async def _serve(
+        self, request: Any, endpoint: str, handler: Callable[[bytes, Call], Any], lane: str = ""
+    ) -> Any:
         """Run ``handler`` in a worker thread, watching the client; log the request whatever happens."""
         from fastapi.responses import JSONResponse
 
@@ -379,10 +407,13 @@ class Routes:
             deadline=time.monotonic() + self.limits.request_timeout_s,
             stopping=self.stopping,
             guard=self.limits.repetition_guard,
+            lane=self.lanes.get(lane),
         )
         self.backend.requests += 1
         status, error = 200, ""
         try:
+            if call.lane is None:  # only the harness opens lanes (by marking them)
+                raise Refused(404, "no such lane")
             raw = await self._body(request)
             work = asyncio.ensure_future(asyncio.to_thread(handler, raw, call))
             while not work.done():
@@ -408,6 +439,7 @@ class Routes:
             status, error = 500, f"internal error ({type(exc).__name__})"
         finally:
             self.log.add(
+                mark=call.lane.mark if call.lane is not None else None,
                 endpoint=endpoint,
                 status=status,
                 error=error,
@@ -482,17 +514,18 @@ class Routes:
     async def mark(self, request: Any) -> Any:
         def apply(raw: bytes) -> Any:
             req = self._parse(raw, MarkRequest, Call(0.0, self.stopping))
-            tag = req.tag
-            self.log.mark = None if tag is None else LogMark(**tag.model_dump(), key=self.key)
-            return {"mark": None if self.log.mark is None else self.log.mark.model_dump()}
+            lane = self.lane(req.lane or "")
+            lane.mark = None if req.tag is None else LogMark(**req.tag.model_dump(), key=self.key)
+            return {"mark": None if lane.mark is None else lane.mark.model_dump()}
 
         return await self._control(request, "/eu-audit/v1/mark", apply)
 
     async def decoding(self, request: Any) -> Any:
         def apply(raw: bytes) -> Any:
             req = self._parse(raw, DecodingRequest, Call(0.0, self.stopping))
-            self.pin.mode, self.pin.temperature, self.pin.seed = req.mode, req.temperature, req.seed
-            return {"decoding": self.pin.__dict__}
+            pin = self.lane(req.lane or "").pin
+            pin.mode, pin.temperature, pin.seed = req.mode, req.temperature, req.seed
+            return {"decoding": pin.__dict__}
 
         return await self._control(request, "/eu-audit/v1/decoding", apply)
 
@@ -504,25 +537,26 @@ class Routes:
         return await self._control(request, "/eu-audit/v1/log", read)
 
     # -- the OpenAI-compatible API -------------------------------------------------------------
-    async def chat(self, request: Any) -> Any:
-        return await self._serve(request, "/v1/chat/completions", self._chat)
+    async def chat(self, request: Any, lane: str = "") -> Any:
+        return await self._serve(request, "/v1/chat/completions", self._chat, lane)
 
-    async def completions(self, request: Any) -> Any:
-        return await self._serve(request, "/v1/completions", self._completions)
+    async def completions(self, request: Any, lane: str = "") -> Any:
+        return await self._serve(request, "/v1/completions", self._completions, lane)
 
-    async def embeddings(self, request: Any) -> Any:
-        return await self._serve(request, "/v1/embeddings", self._embeddings)
+    async def embeddings(self, request: Any, lane: str = "") -> Any:
+        return await self._serve(request, "/v1/embeddings", self._embeddings, lane)
 
     def _chat(self, raw: bytes, call: Call) -> dict[str, Any]:
         req: ChatRequest = self._parse(raw, ChatRequest, call)
         b = self.backend
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         _check_strings(messages)
-        sampling = self.pin.sampling(req.temperature, req.seed)
+        pin = call.lane.pin if call.lane is not None else self.pin
+        sampling = pin.sampling(req.temperature, req.seed)
         call.log.update(
             messages=messages,
             tools=[str((t.get("function") or t).get("name", "?")) for t in req.tools or []],
-            decoding=self.pin.facts(sampling),
+            decoding=pin.facts(sampling),
         )
         if b.upstream is not None:
             resp = self._forward("/v1/chat/completions", req, sampling, call)
@@ -570,8 +604,9 @@ class Routes:
     def _completions(self, raw: bytes, call: Call) -> dict[str, Any]:
         req: CompletionRequest = self._parse(raw, CompletionRequest, call)
         b = self.backend
-        sampling = self.pin.sampling(req.temperature, req.seed)
-        call.log["decoding"] = self.pin.facts(sampling)
+        pin = call.lane.pin if call.lane is not None else self.pin
+        sampling = pin.sampling(req.temperature, req.seed)
+        call.log["decoding"] = pin.facts(sampling)
         if b.upstream is not None:
             if isinstance(req.prompt, str):
                 check_text(req.prompt, "prompt")
@@ -662,6 +697,12 @@ def create_app(
 
         return endpoint
 
+    def lane_route(fn: Callable[..., Awaitable[Any]]) -> Callable[[Request, str], Awaitable[Any]]:
+        async def endpoint(request: Request, lane: str) -> Any:
+            return await fn(request, lane if re.fullmatch(LANE_PATTERN, lane) else "-")
+
+        return endpoint
+
     async def read_log(request: Request, since: int = 0) -> Any:
         return await r.read_log(request, since)
 
@@ -671,6 +712,10 @@ def create_app(
         ("/v1/chat/completions", model_route(r.chat), "POST"),
         ("/v1/completions", model_route(r.completions), "POST"),
         ("/v1/embeddings", model_route(r.embeddings), "POST"),
+        ("/lanes/{lane}/v1/chat/completions", lane_route(r.chat), "POST"),
+        ("/lanes/{lane}/v1/completions", lane_route(r.completions), "POST"),
+        ("/lanes/{lane}/v1/embeddings", lane_route(r.embeddings), "POST"),
+        ("/lanes/{lane}/v1/models", r.models, "GET"),
         ("/eu-audit/v1/info", r.info, "GET"),
         ("/eu-audit/v1/progress", r.progress, "GET"),
         ("/eu-audit/v1/mark", model_route(r.mark), "POST"),

@@ -94,8 +94,14 @@ class Mark(_Strict):
     phase: Phase
 
 
+#: a lane: one tenant's own door to the model (``/lanes/{lane}/v1/...``), so tenants driven at the same
+#: time are told apart by where their calls arrive, never by anything the agent writes in them
+LANE_PATTERN = r"^[0-9a-f]{32}$"
+
+
 class MarkRequest(_Strict):
     tag: Mark | None = None  # None clears the mark
+    lane: str | None = Field(None, pattern=LANE_PATTERN)  # None: the root lane (/v1/...)
 
 
 class DecodingRequest(_Strict):
@@ -104,6 +110,7 @@ class DecodingRequest(_Strict):
     mode: Literal["greedy", "sampled", "agent"] = "greedy"
     temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
     seed: int | None = Field(None, ge=0, lt=2**32)
+    lane: str | None = Field(None, pattern=LANE_PATTERN)
 
     @model_validator(mode="after")
     def _sampled_needs_both(self) -> DecodingRequest:

@@ -70,7 +70,13 @@ RecordServer = Annotated[
     typer.Option(help="The OpenAI-compatible server of --engine openai (or EU_AUDIT_SERVER)."),
 ]
 RecordConcurrency = Annotated[
-    int, typer.Option(min=1, help="Sessions in flight at once on a served engine (its batching).")
+    int,
+    typer.Option(
+        min=1,
+        help="Sessions in flight at once: on a served engine (its batching), or with --agent the tenants "
+        "driven at the same time, each on its own lane of serve (the agent must take a model URL per "
+        "tenant: capabilities.tenant_model_url).",
+    ),
 ]
 RecordAgent = Annotated[
     str | None,
@@ -175,7 +181,6 @@ def record(
             "--kv-sidecar": kv_sidecar,
             "--engine": engine != "auto",
             "--server": server is not None,
-            "--concurrency": concurrency != 1,
         }
         given = [name for name, on in ignored.items() if on]
         if given:
@@ -198,6 +203,7 @@ def record(
             force=force,
             keep_state=keep_state,
             hint=hint,
+            concurrency=concurrency,
             shard=Shard.parse(shard) if shard else None,
             bounds=Bounds(
                 call_s=agent_timeout if agent_timeout is not None else Bounds().call_s,
