@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from eu_audit.audits.metrics import (
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, ProbeOutcome, StateAudit
 from eu_audit.audits.probes import Ask, Probe, ProbeRunner, load_probes, task_request
 from eu_audit.audits.scoring import Evidence, score
-from eu_audit.build_info import command_line
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import KVEngine, Sampling
 from eu_audit.errors import BadInput, EuAuditError
@@ -59,7 +58,7 @@ class AuditOptions:
     unlearned_out: Path | None = None
     serving: bool = False  # also measure serving-layer residue (a served engine's prefix cache)
     server: str | None = None  # a served bundle's server, overriding the one its header records
-    command: str = field(default_factory=command_line)  # recorded in the report, never in its results
+    command: str = ""  # the CLI command that ran it (recorded in the report, never in its results)
 
     def fingerprint(self) -> str:
         """What a state's results depend on besides the state: resumed results must match it."""

@@ -185,8 +185,11 @@ def test_empty_comparisons_are_not_measured_rather_than_equal_to_the_floor() -> 
 
 def test_the_audit_json_says_what_it_cost(tiny: LoadedModel, tiny_states: Path) -> None:
     rep = audit(tiny_states, AuditOptions(methods=["b7"], k=1, max_tokens=4), loaded=tiny)
-    assert rep.cost["engine"] == "hf" and float(rep.cost["wall_s"]) >= 0
-    assert json.loads(rep.model_dump_json())["cost"]["cores"] >= 1
+    cost = json.loads(rep.model_dump_json())["cost"]
+    assert cost["engine"] == "hf" and cost["branches"] == "one by one" and cost["cores"] >= 1
+    assert cost["states"] == len(rep.states) == 4 and cost["resumed_states"] == 0  # b7 and b5, 2 sessions
+    assert 0 < cost["audit_s"] <= cost["wall_s"]  # the states' audits are part of the whole job
+    assert cost["methods_s"] == round(sum(s.values["wall_s"] or 0 for s in rep.states), 1)
 
 
 def test_the_agent_contract_is_one_table_its_docs_server_and_client_are_made_from() -> None:

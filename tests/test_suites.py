@@ -47,14 +47,36 @@ def test_target_is_in_exactly_the_acquisition_observation_and_absent_from_the_co
         assert ep.steps[ep.tau - 1].phase is Phase.acquisition
 
 
-def test_every_agentdojo_episode_replays_identically_twice() -> None:
-    """Tool results depend only on the episode (frozen time, rebuilt environment), in both worlds."""
+_OBSERVATIONS = """
+import hashlib, json
+from eu_audit.suites import load_suite
+from eu_audit.suites.checks import scripted_observations
+obs = [scripted_observations(ep, w) for ep in load_suite("agentdojo") for w in ("factual", "counterfactual")]
+print(hashlib.sha256(json.dumps(obs).encode()).hexdigest())
+"""
+
+
+def test_every_agentdojo_episode_replays_identically_in_another_process() -> None:
+    """Tool results depend only on the episode (frozen time, rebuilt environment), in both worlds: twice
+    in one process, and in a fresh process with another hash seed (no state carried between runs)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    mine = []
     for ep in load_suite("agentdojo"):
         for world in ("factual", "counterfactual"):
             first, second = scripted_observations(ep, world), scripted_observations(ep, world)  # type: ignore[arg-type]
             assert first == second, ep.id
+            mine.append(first)
         tool_obs = scripted_observations(ep)[ep.tau - 1]
         assert tool_obs is not None and "error" not in json.loads(tool_obs), ep.id
+    env = {**__import__("os").environ, "PYTHONHASHSEED": "12345"}
+    other = subprocess.run(
+        [sys.executable, "-c", _OBSERVATIONS], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.strip() == hashlib.sha256(json.dumps(mine).encode()).hexdigest()
 
 
 def test_agentdojo_episodes_record_byte_identically_twice(tiny: LoadedModel, tmp_path: Path) -> None:

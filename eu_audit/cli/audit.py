@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from eu_audit.build_info import command_line
 from eu_audit.cli.app import (
     Force,
     ShardOption,
@@ -175,6 +176,7 @@ def audit(
         unlearned_out=states_out,
         serving=serving,
         server=server,
+        command=command_line(),
     )
     if attest is not None:
         _check_attest(attest, json_path, signing_key, subject or [], force)
