@@ -156,6 +156,7 @@ def test_replaying_the_suffix_from_a_checkpoint_reproduces_the_session_bit_for_b
     _replay_from(tiny, memory_episode, state, policy)
 
 
+@pytest.mark.slow  # 2 min; the claim runs by default on every exact engine in tests/test_engines.py
 @pytest.mark.real_model
 def test_on_a_real_model_crop_and_replay_reproduce_every_turn_and_the_cache_bit_for_bit(
     smol: LoadedModel, builtin: list[Episode], state

@@ -65,6 +65,7 @@ def memory_episodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # 2 min; the outcomes run by default on scripted agents (tests/test_verdict.py)
 @pytest.mark.real_model
 def test_an_agent_whose_forget_is_selective_replay_passes_the_gate_at_the_floor(
     serve: tuple[str, Path, Path], tmp_path: Path

@@ -47,6 +47,7 @@ def test_no_example_is_imported_by_eu_audit_and_no_agent_imports_eu_audit() -> N
         assert "eu_audit" not in agent.read_text(), agent
 
 
+@pytest.mark.slow  # 3 min of a real stack; its committed run is reports/agents/mem0
 @pytest.mark.real_model
 def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(
     serve: tuple[str, Path], tmp_path: Path
