@@ -21,7 +21,15 @@ T = TypeVar("T")
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _INDEX = re.compile(r"^s(\d+)(?:/|$)")
 #: header facts that legitimately differ between shards of one run (each serve, each run's own key)
-PER_SHARD_FACTS = ("shard", "serve_log_digest", "serve_control_key", "serve_info", "agent", "serve")
+PER_SHARD_FACTS = (
+    "shard",
+    "serve_log_digest",
+    "serve_control_key",
+    "serve_info",
+    "agent",
+    "serve",
+    "concurrency",  # how a shard was driven, not what it measured (attribution is the same)
+)
 
 
 @dataclass(frozen=True)

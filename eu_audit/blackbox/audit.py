@@ -9,6 +9,7 @@ from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import picked
 from eu_audit.audits.model import ProbeOutcome, StateAudit
 from eu_audit.audits.scoring import Evidence, score
+from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.trace.session import Bundle, SessionTrace
 
 
@@ -48,14 +49,9 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
 def agent_states(bundle: Bundle) -> tuple[list[StateAudit], int, float]:
     """Every session's audit from what the black-box run recorded (no model runs), with the k and the
     sampling temperature the run used."""
-    facts = bundle.header.engine_facts
-    caps = dict(facts.get("capabilities") or {})
-    states = [agent_state(t, caps) for t in bundle.sessions]
+    facts = AgentRunFacts.of(bundle.header.engine_facts, str(bundle.path or ""))
+    states = [agent_state(t, facts.capabilities.model_dump()) for t in bundle.sessions]
     for st in states:  # which key marked the requests counted as post-forget (serve_api)
         if st.residue:
-            st.residue["control_key"] = str(facts.get("serve_control_key") or "")
-    return (
-        states,
-        int(facts.get("k", 5)),
-        float(facts.get("temperature", 0.7)),
-    )
+            st.residue["control_key"] = facts.serve_control_key
+    return states, facts.k, facts.temperature

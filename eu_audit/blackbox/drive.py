@@ -38,7 +38,6 @@ from eu_audit import __version__
 from eu_audit.audits.probes import load_probes, task_request
 from eu_audit.blackbox.adapter import AgentFailed, AgentUnderTest, AgentUnreachable, Bounds, open_agent
 from eu_audit.blackbox.contract import (
-    API_VERSION,
     Capabilities,
     ForgetHint,
     ForgetRequest,
@@ -47,6 +46,7 @@ from eu_audit.blackbox.contract import (
     ToolSpec,
     Turn,
 )
+from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.residue import context_residue, store_residue
 from eu_audit.blackbox.serve_api import CONTROL_HEADER, DEFAULT_CONTROL_FILE, key_id, read_control_file
 from eu_audit.bundle.io import write_bundle
@@ -695,19 +695,19 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             dtype=str(info.get("engine", "unknown")),
         ),
         engine="agent",
-        engine_facts={
-            "agent": opts.agent,
-            "capabilities": caps.model_dump(),
-            "contract": API_VERSION,
-            "serve": opts.serve,
-            "serve_info": info,
-            "serve_log_digest": digest,
-            "serve_control_key": serve.key,  # the key whose marks say which requests were post-forget
-            "forget_hint": hint_sent(opts),
-            **({"shard": str(opts.shard)} if opts.shard else {}),
-            "k": opts.k,
-            "temperature": opts.temperature,
-        },
+        engine_facts=AgentRunFacts(
+            agent=opts.agent,
+            capabilities=caps,
+            serve=opts.serve,
+            serve_info=info,
+            serve_log_digest=digest,
+            serve_control_key=serve.key,
+            forget_hint=hint_sent(opts),
+            shard=str(opts.shard) if opts.shard else None,
+            k=opts.k,
+            temperature=opts.temperature,
+            concurrency=opts.concurrency,
+        ).engine_facts(),
         decoding=Decoding(temperature=0.0, max_tokens=0),
         seed=opts.seed,
         suite=opts.suite,
