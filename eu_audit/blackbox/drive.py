@@ -626,6 +626,40 @@ def _unattributed(entries: list[dict[str, Any]], since: int, run: str) -> int:
     )
 
 
+def _header(
+    opts: AgentRecordOptions, info: dict[str, Any], caps: Capabilities, digest: str, key: str
+) -> Header:
+    """A black-box bundle's header: the model serve ran, and the run's typed facts (``AgentRunFacts``)."""
+    return Header(
+        tool_version=__version__,
+        model=ModelInfo(
+            name=str(info.get("model", "unknown")),
+            weight_digest=str(info.get("weight_digest", "")),
+            chat_template_digest="",
+            chat_format="",
+            dtype=str(info.get("engine", "unknown")),
+        ),
+        engine="agent",
+        engine_facts=AgentRunFacts(
+            agent=opts.agent,
+            capabilities=caps,
+            serve=opts.serve,
+            serve_info=info,
+            serve_log_digest=digest,
+            serve_control_key=key,
+            forget_hint=hint_sent(opts),
+            shard=str(opts.shard) if opts.shard else None,
+            k=opts.k,
+            temperature=opts.temperature,
+            concurrency=opts.concurrency,
+        ).engine_facts(),
+        decoding=Decoding(temperature=0.0, max_tokens=0),
+        seed=opts.seed,
+        suite=opts.suite,
+        checkpoint_policy=CheckpointPolicy.every_turn,
+    )
+
+
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
     out = Path(opts.out)
     if out.exists() and not opts.force:
@@ -685,34 +719,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         )
     if progress:
         progress("written", 2 * len(chosen), 2 * len(chosen))
-    header = Header(
-        tool_version=__version__,
-        model=ModelInfo(
-            name=str(info.get("model", "unknown")),
-            weight_digest=str(info.get("weight_digest", "")),
-            chat_template_digest="",
-            chat_format="",
-            dtype=str(info.get("engine", "unknown")),
-        ),
-        engine="agent",
-        engine_facts=AgentRunFacts(
-            agent=opts.agent,
-            capabilities=caps,
-            serve=opts.serve,
-            serve_info=info,
-            serve_log_digest=digest,
-            serve_control_key=serve.key,
-            forget_hint=hint_sent(opts),
-            shard=str(opts.shard) if opts.shard else None,
-            k=opts.k,
-            temperature=opts.temperature,
-            concurrency=opts.concurrency,
-        ).engine_facts(),
-        decoding=Decoding(temperature=0.0, max_tokens=0),
-        seed=opts.seed,
-        suite=opts.suite,
-        checkpoint_policy=CheckpointPolicy.every_turn,
-    )
+    header = _header(opts, info, caps, digest, serve.key)
     bundle = Bundle(header=header, sessions=sessions, path=out)
     write_bundle(out, bundle.records())
     return bundle, out
