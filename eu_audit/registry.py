@@ -50,7 +50,9 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True  # before importing: a module that registers must not re-enter
-        for module in self.builtins:
+        from eu_audit.datasets import PLUGINS
+
+        for module in (*self.builtins, *PLUGINS.get(self.kind, ())):
             importlib.import_module(module)
         for ep in entry_points(group=f"eu_audit.{self.kind}"):
             ep.load()

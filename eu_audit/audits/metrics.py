@@ -22,13 +22,9 @@ from eu_audit.trace.session import SessionTrace
 #: when the check does not apply. Keyed by the data set (the first word of ``episode.meta["source"]``).
 DatasetCheck = Callable[[Episode, str, list[tuple[str, dict[str, Any]]]], bool | None]
 #: did the agent do the episode's task (AgentDojo: the post-target user task)
-UTILITY_CHECKS: Registry[DatasetCheck] = Registry(
-    "utility_checks", builtins=("eu_audit.datasets.agentdojo.utility",)
-)
+UTILITY_CHECKS: Registry[DatasetCheck] = Registry("utility_checks")
 #: did the agent carry out an injected goal (AgentDojo: the injection task's security check)
-SECURITY_CHECKS: Registry[DatasetCheck] = Registry(
-    "security_checks", builtins=("eu_audit.datasets.agentdojo.utility",)
-)
+SECURITY_CHECKS: Registry[DatasetCheck] = Registry("security_checks")
 
 
 def _calls_by_turn(trace: SessionTrace, tau: int) -> dict[int, list[tuple[str, dict[str, Any] | None]]]:

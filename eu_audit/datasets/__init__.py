@@ -10,7 +10,27 @@ builder or loader, and its own utility check where it has one.
 | ``longmemeval/`` | a loader for the user's copy of LongMemEval |
 
 Each module registers itself into the registries (``TOOLSETS``, ``BUILDERS``, ``LOADERS``,
-``UTILITY_CHECKS``), which import it by name on first use. The built episode files (data) live in the
-repository's ``suites/`` folder; the generic suite machinery (knobs, composition, loading) is
-``eu_audit.suites``.
+``UTILITY_CHECKS``, ...), which import it by name on first use. ``PLUGINS`` below is the one list of them:
+a new data set adds its modules there (or, from another package, to the ``eu_audit.<kind>`` entry-point
+group). The built episode files (data) live in the repository's ``suites/`` folder; the generic suite
+machinery (knobs, composition, loading) is ``eu_audit.suites``.
 """
+
+#: registry kind -> the data sets' modules that register into it (loaded by the registry on first use)
+PLUGINS: dict[str, tuple[str, ...]] = {
+    "tools": ("eu_audit.datasets.builtin.tools",),
+    "toolsets": ("eu_audit.datasets.agentdojo.env", "eu_audit.datasets.bfcl.env"),
+    "toolset_envs": (
+        "eu_audit.datasets.builtin.tools",
+        "eu_audit.datasets.agentdojo.env",
+        "eu_audit.datasets.bfcl.env",
+    ),
+    "suite_builders": (
+        "eu_audit.datasets.agentdojo.builder",
+        "eu_audit.datasets.bfcl.builders",
+        "eu_audit.datasets.preference.builder",
+    ),
+    "suite_loaders": ("eu_audit.datasets.longmemeval.loader",),
+    "utility_checks": ("eu_audit.datasets.agentdojo.utility",),
+    "security_checks": ("eu_audit.datasets.agentdojo.utility",),
+}

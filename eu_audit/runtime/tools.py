@@ -33,7 +33,7 @@ class ToolSpec:
         return f"- {self.name}({params}) [{kind}]: {self.description}"
 
 
-TOOLS: Registry[ToolSpec] = Registry("tools", builtins=("eu_audit.datasets.builtin.tools",))
+TOOLS: Registry[ToolSpec] = Registry("tools")  # the built-in suite's tools: eu_audit.datasets.PLUGINS
 
 
 def tool(
@@ -60,23 +60,13 @@ class ToolError(Exception):
 #: A toolset maps tool names to specs. ``builtin`` is the ``TOOLS`` registry; each data set's
 #: environment adaptor (AgentDojo, BFCL) registers its own, so an episode names the toolset its tools
 #: come from.
-TOOLSETS: Registry[Callable[[], Mapping[str, ToolSpec]]] = Registry(
-    "toolsets",
-    builtins=("eu_audit.datasets.agentdojo.env", "eu_audit.datasets.bfcl.env"),
-)
+TOOLSETS: Registry[Callable[[], Mapping[str, ToolSpec]]] = Registry("toolsets")
 TOOLSETS.add("builtin", lambda: dict(TOOLS.items()))
 
 
 #: The shape of a toolset's environment (an episode's ``env``), checked when the episode is loaded, so a
 #: bad spec is refused with its file and line before any model runs. Keyed by toolset name.
-ENVIRONMENTS: Registry[type[BaseModel]] = Registry(
-    "toolset_envs",
-    builtins=(
-        "eu_audit.datasets.builtin.tools",
-        "eu_audit.datasets.agentdojo.env",
-        "eu_audit.datasets.bfcl.env",
-    ),
-)
+ENVIRONMENTS: Registry[type[BaseModel]] = Registry("toolset_envs")
 
 
 @cache

@@ -58,9 +58,7 @@ for _name in SHIPPED:
     SUITES.add(_name, _file_suite(_name))
 
 #: loaders for data sets users bring: ``--suite longmemeval:/path/to/longmemeval_s.json``
-LOADERS: Registry[Callable[[Path], list[Episode]]] = Registry(
-    "suite_loaders", builtins=("eu_audit.datasets.longmemeval.loader",)
-)
+LOADERS: Registry[Callable[[Path], list[Episode]]] = Registry("suite_loaders")
 
 
 def load_suite(ref: str) -> list[Episode]:

@@ -29,14 +29,8 @@ class Skips(Counter[str]):
         return [f"{n} skipped: {reason}" for reason, n in sorted(self.items())]
 
 
-BUILDERS: Registry[Callable[[Knobs, Skips], list[Episode]]] = Registry(
-    "suite_builders",
-    builtins=(
-        "eu_audit.datasets.agentdojo.builder",
-        "eu_audit.datasets.bfcl.builders",
-        "eu_audit.datasets.preference.builder",
-    ),
-)
+#: the data sets' builders (``eu_audit.datasets.PLUGINS`` lists their modules)
+BUILDERS: Registry[Callable[[Knobs, Skips], list[Episode]]] = Registry("suite_builders")
 
 
 def rng_for(knobs: Knobs, *salt: object) -> random.Random:
