@@ -116,7 +116,7 @@ def test_unlearn_refuses_an_outbox_that_does_not_exist(tiny_states: Path, tmp_pa
 def test_audit_loads_the_model_once_at_the_bundles_dtype(
     tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eu_audit.engines.base as engine_mod
+    import eu_audit.engines.hf as engine_mod
     from eu_audit.runtime.models import load_model
 
     src = tmp_path / "trace.jsonl"
@@ -183,8 +183,10 @@ def test_empty_comparisons_are_not_measured_rather_than_equal_to_the_floor() -> 
     assert embedding_distance([], ["x"]) is None
 
 
-def test_the_audit_json_says_what_it_cost(tiny: LoadedModel, tiny_states: Path) -> None:
-    rep = audit(tiny_states, AuditOptions(methods=["b7"], k=1, max_tokens=4), loaded=tiny)
+def test_the_audit_json_says_what_it_cost(tiny: LoadedModel, tiny_states: Path, tmp_path: Path) -> None:
+    fresh = tmp_path / "states.jsonl"  # a copy: no earlier audit of it to resume from
+    fresh.write_bytes(tiny_states.read_bytes())
+    rep = audit(fresh, AuditOptions(methods=["b7"], k=1, max_tokens=4), loaded=tiny)
     cost = json.loads(rep.model_dump_json())["cost"]
     assert cost["engine"] == "hf" and cost["branches"] == "one by one" and cost["cores"] >= 1
     assert cost["states"] == len(rep.states) == 4 and cost["resumed_states"] == 0  # b7 and b5, 2 sessions
