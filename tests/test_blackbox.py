@@ -44,7 +44,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path,
 
 @pytest.fixture(scope="module")
 def memory_episodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two BFCL memory episodes without a compaction: the session still holds the record at the end."""
+    """A BFCL memory episode without a compaction: the session still holds the record at the end."""
     out = tmp_path_factory.mktemp("eps") / "mem.jsonl"
     proc = run_cli(
         "suites",
@@ -57,7 +57,7 @@ def memory_episodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--indep",
         "0.25",
         "--n",
-        "2",
+        "1",
         "-o",
         str(out),
     )

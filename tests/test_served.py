@@ -36,7 +36,9 @@ def test_a_served_session_records_with_reuse_read_from_the_server_and_b7_equals_
     server: str, tmp_path: Path
 ) -> None:
     src = tmp_path / "trace.jsonl"
-    rec = record(RecordOptions(suite="builtin", model=FAST_MODEL, engine="openai", server=server, out=src))
+    rec = record(
+        RecordOptions(suite="builtin", n=1, model=FAST_MODEL, engine="openai", server=server, out=src)
+    )
     h = rec.bundle.header
     assert h.engine == "openai" and h.engine_facts["dialect"] == "llamacpp"
     assert h.engine_facts["server"]["base_url"] == server
