@@ -199,6 +199,7 @@ def test_matched_seeds_at_temperature_0_7_give_b7_equal_to_b5(
     assert [b.text for b in by["s0/b7"].blocks] == [b.text for b in by["s0/b5"].blocks]
 
 
+@pytest.mark.slow  # 28 s; by default on the tiny model for every policy (test_agent, test_sweeps)
 @pytest.mark.real_model
 def test_b7_is_the_same_whatever_the_checkpoint_policy(
     smol: LoadedModel, memory_episode: Episode, tmp_path: Path

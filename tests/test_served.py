@@ -74,6 +74,7 @@ def test_the_prefix_that_carried_z_is_still_served_until_the_slot_is_erased(
     assert "erase" in r.reset_call
 
 
+@pytest.mark.slow  # 35 s; the residue it gates is measured by default in the test above
 @pytest.mark.real_model
 def test_the_serving_gate_reads_the_residue_and_a_served_audit_exits_by_it(
     server: str, tmp_path: Path
