@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from eu_audit.bundle.io import read_bundle, write_bundle
+from eu_audit.bundle.io import file_digest, read_bundle, write_bundle
 from eu_audit.bundle.validate import check_tokens
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.engines import ENGINES, KVEngine, abilities_of, open_engine
@@ -274,6 +274,8 @@ def unlearn(
     header = h.model_copy(update={"parent_digest": bundle.digest, "kv_sidecar": None})
     out_bundle = Bundle(header=header, sessions=sessions, path=out_path)
     write_bundle(out_path, out_bundle.records())
+    # the digest of the file as written, as if it had been read: an audit's resume file names it
+    out_bundle.digest = file_digest(out_path)
     return UnlearnResult(bundle=out_bundle, path=out_path, rows=rows)
 
 

@@ -183,6 +183,18 @@ def test_empty_comparisons_are_not_measured_rather_than_equal_to_the_floor() -> 
     assert embedding_distance([], ["x"]) is None
 
 
+def test_an_audit_that_made_its_states_resumes_them_the_next_time(tiny: LoadedModel, tmp_path: Path) -> None:
+    """The first audit of a recorded bundle applies the methods and writes the states beside it; run again
+    (after an interruption, say), it resumes every state it finished instead of starting over."""
+    src = tmp_path / "trace.jsonl"
+    record(RecordOptions(model="tiny-random", out=src, n=1, max_tokens=8), loaded=tiny)
+    opts = AuditOptions(methods=["b7"], k=1, max_tokens=4)
+    first = audit(src, opts, loaded=tiny)
+    again = audit(src, opts, loaded=tiny)
+    assert first.cost["resumed_states"] == 0 and again.cost["resumed_states"] == len(again.states) == 2
+    assert [s.values for s in again.states] == [s.values for s in first.states]
+
+
 def test_the_audit_json_says_what_it_cost(tiny: LoadedModel, tiny_states: Path, tmp_path: Path) -> None:
     fresh = tmp_path / "states.jsonl"  # a copy: no earlier audit of it to resume from
     fresh.write_bytes(tiny_states.read_bytes())
