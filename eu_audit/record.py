@@ -142,8 +142,8 @@ def _concurrently(
         return [f.result() for f in futures]
 
 
-class _Counter:
-    """Progress over transitions, safe to tick from several sessions' threads."""
+class ProgressCounter:
+    """Progress over units of work (transitions, tenants), safe to tick from several threads."""
 
     def __init__(self, total: int, progress: Progress | None) -> None:
         self.total, self.done, self.progress = total, 0, progress
@@ -199,7 +199,7 @@ def record(
     memory, outbox = _open_state(state_dir, opts.force)
     kv: dict[str, object] = {}
     total = sum(len(ep.steps) for _, ep in chosen)
-    counter = _Counter(total, progress)
+    counter = ProgressCounter(total, progress)
 
     def run_one(i: int, ep: Episode, eng: KVEngine) -> SessionTrace:
         sid = f"s{i}"

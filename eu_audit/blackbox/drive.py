@@ -25,7 +25,6 @@ import hashlib
 import json
 import secrets
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -54,7 +53,7 @@ from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step, StepKind
 from eu_audit.errors import BadInput, EuAuditError, RunFailed
 from eu_audit.http import HttpFailure, request_json
-from eu_audit.record import pick_episodes
+from eu_audit.record import ProgressCounter, pick_episodes
 from eu_audit.runtime.agent import INSTRUCTIONS
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.tools import ToolError, load_toolset
@@ -105,10 +104,11 @@ class ServeControl:
     """The harness's hold on ``eu-audit serve``: marks, pinned decoding, the log. Every control call
     carries the run's secret (read from the file serve wrote); the agent under test never has it."""
 
-    def __init__(self, url: str | None, secret: str = "") -> None:
+    def __init__(self, url: str | None, secret: str = "", lane: str | None = None) -> None:
         self.url = url.rstrip("/") if url else None
         self.secret = secret
         self.key = key_id(secret) if secret else ""
+        self.lane = lane  # None: the root lane, every model call of a run driven one tenant at a time
 
     def _call(self, path: str, body: Any = None) -> Any:
         if self.url is None:
@@ -153,15 +153,11 @@ class ServeControl:
         body = {"mode": "sampled", "temperature": temperature, "seed": seed, "lane": self.lane}
         self._call("/eu-audit/v1/decoding", body)
 
-    lane: str | None = None  # the root lane: every model call of a run driven one tenant at a time
-
     def for_tenant(self) -> ServeControl:
         """A fresh lane of serve for one tenant (its own marks and pinned decoding): the agent is told to
         send that tenant's model calls to ``model_base_url``, so calls of tenants driven at the same time
         are told apart by where they arrive."""
-        lane = ServeControl(self.url, self.secret)
-        lane.lane = secrets.token_hex(16)
-        return lane
+        return ServeControl(self.url, self.secret, secrets.token_hex(16))
 
     @property
     def model_base_url(self) -> str | None:
@@ -551,23 +547,6 @@ def run_tenant(
     return trace, d.tx.skipped
 
 
-class _Progress:
-    """The progress callback, shared by the tenants in flight: what started last, how many finished."""
-
-    def __init__(self, progress: Progress | None, total: int) -> None:
-        self.progress, self.total, self.finished = progress, total, 0
-        self._lock = threading.Lock()
-
-    def __call__(self, what: str) -> None:
-        if self.progress:
-            with self._lock:
-                self.progress(what, self.finished, self.total)
-
-    def done(self) -> None:
-        with self._lock:
-            self.finished += 1
-
-
 def _drive_all(
     jobs: list[tuple[int, Episode, str, World]],
     drive_one: Callable[[tuple[int, Episode, str, World]], SessionTrace],
@@ -685,16 +664,15 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     outbox = Outbox(state_dir / "outbox.sqlite")
     run = uuid.uuid4().hex[:8]
     jobs = [(i, ep, method, world) for i, ep in chosen for method, world in METHODS]
-    progressed = _Progress(progress, len(jobs))
+    counter = ProgressCounter(len(jobs), progress)
 
     def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
         i, ep, method, world = job
-        progressed(f"s{i} {method} {ep.id}")
         lane = serve.for_tenant() if opts.concurrency > 1 else serve
         trace, _ = run_tenant(
             agent, caps, lane, outbox, ep, opts, f"s{i}", method, world, f"{run}-s{i}-{method}"
         )
-        progressed.done()
+        counter.tick(f"s{i} {method} {ep.id}")
         return trace
 
     try:
