@@ -94,8 +94,11 @@ def wait_healthy(url: str, timeout: float = 120.0, proc: subprocess.Popen[bytes]
 
 
 @contextlib.contextmanager
-def running(model: str, *, port: int | None = None, cache_ram_mib: int = 0) -> Iterator[str]:
-    """A llama.cpp server on ``model`` in a child process; yields its base URL; stopped on exit."""
+def running(
+    model: str, *, port: int | None = None, cache_ram_mib: int = 0, parallel: int = 2
+) -> Iterator[str]:
+    """A llama.cpp server on ``model`` with ``parallel`` slots in a child process; yields its base URL;
+    stopped on exit."""
     port = port or free_port()
     cmd = [
         sys.executable,
@@ -107,6 +110,8 @@ def running(model: str, *, port: int | None = None, cache_ram_mib: int = 0) -> I
         str(port),
         "--cache-ram",
         str(cache_ram_mib),
+        "--parallel",
+        str(parallel),
     ]
     # the server logs every request: to a file, never to a pipe nobody reads (a full pipe blocks it)
     with tempfile.TemporaryFile(prefix="eu-audit-llama-server-", suffix=".log") as log:
