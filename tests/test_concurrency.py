@@ -69,3 +69,40 @@ def test_an_agent_that_cannot_take_a_lane_is_refused_and_one_that_leaves_it_fail
     assert rc == 3 and "root URL" in said and not (tmp_path / "stray.jsonl").exists(), said
     proc = run_cli("record", "--agent", "tests.scripted_agents:lanes", "--concurrency", "0")
     assert proc.returncode == 2 and "--concurrency" in proc.stderr
+
+
+def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_requests(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Tenants side by side send their requests interleaved. With one cache for all, each request would
+    meet another tenant's prefix and prefill its whole prompt again; serve keeps one cache per recent lane
+    (``--lane-caches``), and a lane's answers are the ones a lone cache gives."""
+    import json
+    import threading
+    import time
+
+    from eu_audit.blackbox.serve import Backend, Call, RequestLog, create_app
+    from eu_audit.blackbox.serve_api import Limits
+    from eu_audit.engines.hf import HFEngine
+
+    def routes(caches: int):  # type: ignore[no-untyped-def]
+        backend = Backend(engine=HFEngine(tiny), model_name="tiny")
+        return create_app(backend, RequestLog(None), limits=Limits(lane_caches=caches)).state.routes
+
+    def chat(r, lane: str, messages: list[dict[str, str]]) -> dict:  # type: ignore[no-untyped-def]
+        call = Call(deadline=time.monotonic() + 60, stopping=threading.Event(), lane=r.lane(lane))
+        return r._chat(json.dumps({"model": "m", "max_tokens": 4, "messages": messages}).encode(), call)  # type: ignore[no-any-return]
+
+    def history(who: str, turns: int) -> list[dict[str, str]]:
+        sys = {"role": "system", "content": f"You serve {who}. " + "Keep every answer short. " * 8}
+        return [sys, *({"role": "user", "content": f"{who} question {i}"} for i in range(turns))]
+
+    a, b = "a" * 32, "b" * 32
+    for caches, kept in ((2, True), (1, False)):
+        r = routes(caches)
+        chat(r, a, history("ann", 1))
+        chat(r, b, history("bob", 1))  # another tenant's request in between
+        second = chat(r, a, history("ann", 2))
+        cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert (cached > 20) is kept, (caches, cached)
+        lone = routes(1)
+        chat(lone, a, history("ann", 1))
+        assert chat(lone, a, history("ann", 2))["choices"] == second["choices"]

@@ -83,3 +83,30 @@ def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(
     assert "12 Linden" in agent_residue["store_example"] and "history" in proc.stdout
     floor = next(r for r in residues if r["session_id"].endswith("/b5"))
     assert floor["store_items_with_z"] == 0  # the reference tenant never saw z, and its store says so
+
+
+@pytest.mark.slow  # two real stacks' start-up and stores; mechanics on the tiny model
+@pytest.mark.parametrize("name", ["mem0", "langgraph"])
+def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
+    name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Each reference agent sends a tenant's model calls (and mem0's embeddings) to the lane it was
+    started with: driven two tenants at a time, every call is attributed (a stray call fails the run)."""
+    from eu_audit.runtime.models import TINY_MODEL
+
+    folder = tmp_path_factory.mktemp("serve-tiny")
+    control = folder / "serve.control"
+    args = ["serve", "--model", TINY_MODEL, "--engine", "hf", "--control-file", str(control)]
+    with (
+        cli_server(*args, "--max-tokens", "8") as url,
+        reference_agent(name, url, tmp_path / "data") as agent,  # type: ignore[attr-defined]
+    ):
+        proc = run_cli(
+            "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
+            "--suite", "builtin", "--k", "1", "--concurrency", "2", "-o", str(tmp_path / "b.jsonl"),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    residues = [
+        json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines() if '"type":"residue"' in x
+    ]
+    assert len(residues) == 4 and all(r["context_calls"] for r in residues)

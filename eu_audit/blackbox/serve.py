@@ -35,6 +35,7 @@ import re
 import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,15 @@ class Lane:
 
     pin: Decoding
     mark: LogMark | None = None
+    name: str = ""  # "" for the root lane; the KV cache serve keeps for it goes by this name
+
+
+@dataclass
+class LaneCache:
+    """One lane's KV cache in serve: its engine and the segments that engine holds canonically."""
+
+    engine: KVEngine
+    held: list[list[int]] = field(default_factory=list)
 
 
 def open_log(path: Path, *, force: bool) -> int:
@@ -177,10 +187,11 @@ class Backend:
     model_name: str = ""
     weight_digest: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
-    held: list[list[int]] = field(default_factory=list)  # segments the engine's cache holds canonically
     generations: Generations = field(default_factory=Generations)
     requests: int = 0
     busy: bool = False
+    max_caches: int = 8  # KV caches kept, one per recently used lane (Limits.lane_caches)
+    caches: OrderedDict[str, LaneCache] = field(default_factory=OrderedDict)  # lane -> cache, LRU first
 
     def __post_init__(self) -> None:
         if self.engine is not None:
@@ -197,19 +208,37 @@ class Backend:
             self.vocab = len(tok)
 
     # -- the local engine ----------------------------------------------------------------------
-    def _load(self, segs: list[list[int]]) -> int:
+    def cache_for(self, lane: str) -> LaneCache:
+        """The lane's own KV cache, so a tenant's prefix stays cached while other tenants' requests run
+        in between. The ``max_caches`` most recently used lanes keep one each (the first the engine
+        itself, the others its siblings on the same weights); a lane past that takes over the least
+        recently used one, emptied. Called under ``lock``."""
+        assert self.engine is not None
+        if lane in self.caches:
+            self.caches.move_to_end(lane)
+            return self.caches[lane]
+        if len(self.caches) < max(1, self.max_caches):
+            engine = self.engine if not self.caches else self.engine.sibling()
+        else:
+            _, oldest = self.caches.popitem(last=False)
+            engine = oldest.engine
+            engine.reset()
+        self.caches[lane] = cache = LaneCache(engine)
+        return cache
+
+    @staticmethod
+    def _load(cache: LaneCache, segs: list[list[int]]) -> int:
         """Bring the cache to ``segs``: keep the common leading segments by a crop (at least the last one
         is prefilled again, for its logits), prefill the rest one chunk each. Returns tokens reused."""
-        assert self.engine is not None
         k = 0
-        while k < min(len(self.held), len(segs) - 1) and self.held[k] == segs[k]:
+        while k < min(len(cache.held), len(segs) - 1) and cache.held[k] == segs[k]:
             k += 1
         kept = sum(len(s) for s in segs[:k])
-        self.held = self.held[:k]  # what the cache holds if a prefill below fails
-        self.engine.crop(kept)
+        cache.held = cache.held[:k]  # what the cache holds if a prefill below fails
+        cache.engine.crop(kept)
         for seg in segs[k:]:
-            self.engine.prefill(seg)
-            self.held.append(list(seg))
+            cache.engine.prefill(seg)
+            cache.held.append(list(seg))
         return kept
 
     def _fit(self, segs: list[list[int]]) -> list[list[int]]:
@@ -243,9 +272,10 @@ class Backend:
         sampling: Sampling,
         stop_early: Callable[[Sequence[int]], bool],
         deadline: float,
+        lane: str = "",
     ) -> tuple[list[int], int, int, str]:
-        """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason). Waits for
-        the engine no longer than the request's deadline."""
+        """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason), on the
+        lane's own cache. Waits for the engine no longer than the request's deadline."""
         assert self.engine is not None
         if not segs or not any(segs):
             raise Refused(400, "empty prompt")
@@ -254,12 +284,13 @@ class Backend:
             raise Refused(503, "the model is busy with another request past this request's deadline")
         try:
             self.busy = True
-            cached = self._load(segs)
-            start = self.engine.offset
-            gen = self.engine.decode(
+            cache = self.cache_for(lane)
+            cached = self._load(cache, segs)
+            start = cache.engine.offset
+            gen = cache.engine.decode(
                 max_tokens=max_tokens, stop_ids=self.stop_ids, sampling=sampling, stop_early=stop_early
             )
-            self.engine.crop(start)  # the turn becomes a segment when the client sends it back
+            cache.engine.crop(start)  # the turn becomes a segment when the client sends it back
         finally:
             self.busy = False
             self.lock.release()
@@ -315,6 +346,10 @@ class Call:
     guard: bool = True  # stop a loop no agent asked for (``runaway``)
     looped: bool = False
     lane: Lane | None = None  # where the call arrived (its mark and pinned decoding)
+
+    @property
+    def lane_name(self) -> str:
+        return self.lane.name if self.lane is not None else ""
 
     def cancelled(self) -> bool:
         return self.gone.is_set() or self.stopping.is_set() or time.monotonic() > self.deadline
@@ -393,7 +428,7 @@ class Routes:
         """The lane ``name``, made on the harness's first mark or pin for it."""
         with self._lanes_lock:
             if name not in self.lanes:
-                self.lanes[name] = Lane(Decoding(**self.default_pin.__dict__))
+                self.lanes[name] = Lane(Decoding(**self.default_pin.__dict__), name=name)
             return self.lanes[name]
 
     async def _serve(
@@ -569,7 +604,9 @@ class Routes:
         except (AttributeError, TypeError) as exc:
             raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
         budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
-        ids, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.stop_early, call.deadline)
+        ids, cached, prompt_n, finish = b.generate(
+            segs, budget, sampling, call.stop_early, call.deadline, call.lane_name
+        )
         finish = call.finish(finish)
         text, calls = split_reply(b.text_of(ids))
         shown = "length" if finish == "repetition" else finish
@@ -624,7 +661,9 @@ class Routes:
             b.engine is not None and len(segs) > 1
         ):  # each segment with its chat markers: which role carried what
             call.log["segments"] = [b.engine.tokenizer.decode(seg, skip_special_tokens=False) for seg in segs]
-        gen, cached, prompt_n, finish = b.generate(segs, budget, sampling, call.stop_early, call.deadline)
+        gen, cached, prompt_n, finish = b.generate(
+            segs, budget, sampling, call.stop_early, call.deadline, call.lane_name
+        )
         finish = call.finish(finish)
         closing = b.closing_after_stop if finish == "stop" else b.closing
         stripped = gen[: len(gen) - len(closing)]
@@ -688,7 +727,9 @@ def create_app(
     from fastapi import FastAPI
 
     app = FastAPI(title="eu-audit serve", version=__version__)
-    r = Routes(backend, log, decoding or Decoding(), secret or new_secret(), limits or Limits())
+    limits = limits or Limits()
+    backend.max_caches = limits.lane_caches
+    r = Routes(backend, log, decoding or Decoding(), secret or new_secret(), limits)
     app.state.routes, app.state.secret = r, r.secret
 
     def model_route(fn: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:

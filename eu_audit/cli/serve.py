@@ -54,6 +54,15 @@ def serve(
     request_timeout: Annotated[
         float, typer.Option(min=1.0, help="Wall seconds per request, the wait for the model included.")
     ] = 300.0,
+    lane_caches: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="KV caches kept, one per recently used lane (tenants of record --concurrency): each "
+            "tenant's prompt prefix stays cached while the others' requests run. Each is one more context "
+            "on the same weights (SmolLM2: about 0.2 GB).",
+        ),
+    ] = 8,
     force: Force = False,
     repetition_guard: Annotated[
         bool,
@@ -85,6 +94,7 @@ def serve(
         max_tokens=max_tokens,
         request_timeout_s=request_timeout,
         repetition_guard=repetition_guard,
+        lane_caches=lane_caches,
     )
     say(err, f"eu-audit serve: loading {upstream or model} ... (control secret: {control_file})")
     run_server(

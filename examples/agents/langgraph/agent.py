@@ -62,6 +62,7 @@ class StartSession(BaseModel):
     tenant: str
     seed: int = 0
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
 
 
 class Message(BaseModel):
@@ -90,10 +91,9 @@ class LangGraphAgent:
     def __init__(self, data: Path, model: str, forget: str = "store") -> None:
         data.mkdir(parents=True, exist_ok=True)
         self.forget_mode = forget
-        self.client = OpenAI(
-            base_url=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1"),
-            api_key=os.environ.get("OPENAI_API_KEY", "none"),
-        )
+        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
+        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
+        self.clients: dict[str, OpenAI] = {}  # base URL -> client
         self.model = model
         self.checkpointer = SqliteSaver(sqlite3.connect(data / "checkpoints.sqlite", check_same_thread=False))
         # autocommit, as SqliteStore.from_conn_string opens it: the store runs its own BEGIN/COMMIT
@@ -103,7 +103,22 @@ class LangGraphAgent:
         self.store.setup()
         self.graph = self._build()
         self.sessions: dict[str, dict[str, Any]] = {}  # thread id -> tenant, tools
-        self.lock = threading.RLock()
+        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
+        self.meta = threading.Lock()  # guards the dicts above
+
+    def lock_of(self, tenant: str) -> threading.RLock:
+        with self.meta:
+            return self.locks.setdefault(tenant, threading.RLock())
+
+    def tenant_of(self, sid: str) -> str:
+        return str(self.session(sid)["tenant"])
+
+    def client(self, tenant: str) -> OpenAI:
+        base = self.bases.get(tenant, self.base)
+        with self.meta:
+            if base not in self.clients:
+                self.clients[base] = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
+            return self.clients[base]
 
     # --- the graph ------------------------------------------------------------------------------------
 
@@ -117,7 +132,7 @@ class LangGraphAgent:
             if state.get("summary"):
                 system += "\nSummary of the conversation so far: " + state["summary"]
             messages = [{"role": "system", "content": system}, *convert_to_openai_messages(state["messages"])]
-            return {"messages": [self._ask(messages, conf.get("tools") or None)]}
+            return {"messages": [self._ask(conf["tenant"], messages, conf.get("tools") or None)]}
 
         g = StateGraph(State)
         g.add_node("model", call_model)
@@ -125,11 +140,11 @@ class LangGraphAgent:
         g.add_edge("model", END)
         return g.compile(checkpointer=self.checkpointer, store=self.store)
 
-    def _ask(self, messages: list[Any], tools: list[dict[str, Any]] | None) -> AIMessage:
+    def _ask(self, tenant: str, messages: list[Any], tools: list[dict[str, Any]] | None) -> AIMessage:
         kw: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 96}
         if tools:
             kw["tools"] = tools
-        msg = self.client.chat.completions.create(**kw).choices[0].message
+        msg = self.client(tenant).chat.completions.create(**kw).choices[0].message
         calls = []
         for c in msg.tool_calls or []:
             try:
@@ -145,6 +160,11 @@ class LangGraphAgent:
         s = self.session(sid)
         return {"configurable": {"thread_id": sid, "tenant": s["tenant"], "tools": s["tools"]}}
 
+    def _call_ids(self, config: RunnableConfig) -> set[str]:
+        """The ids of the tool calls the model made in this thread (a tool result must answer one)."""
+        messages = self.graph.get_state(config).values.get("messages", [])
+        return {str(c["id"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+
     def _summarize(self, sid: str, keep: int) -> str:
         """LangGraph's summarization pattern: fold old messages into ``summary`` and remove them."""
         config = self._config(sid)
@@ -159,6 +179,7 @@ class LangGraphAgent:
         lines = "\n".join(f"{m.type}: {m.content}" for m in old)
         summary = (
             self._ask(
+                str(config["configurable"]["tenant"]),
                 [
                     {"role": "system", "content": "Summarize the conversation in at most three sentences."},
                     {
@@ -177,15 +198,18 @@ class LangGraphAgent:
     # --- the contract ---------------------------------------------------------------------------------
 
     def start(self, body: StartSession) -> dict[str, Any]:
+        if body.model_base_url:
+            self.bases[body.tenant] = body.model_base_url
         sid = uuid.uuid4().hex[:12]
-        self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
+        with self.meta:
+            self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
         return {"session_id": sid}
 
     def send(self, sid: str, body: Message) -> dict[str, Any]:
         config = self._config(sid)
-        if body.role == "tool" and body.tool_call_id:
+        if body.role == "tool" and body.tool_call_id in self._call_ids(config):
             msg: AnyMessage = ToolMessage(content=body.content, tool_call_id=body.tool_call_id)
-        elif body.role == "tool":  # a tool result the scaffold ran: context for the model
+        elif body.role == "tool":  # a tool result the scaffold ran (no call of ours): context for the model
             msg = HumanMessage(content=f"Tool result ({body.name}): {body.content}")
         else:
             msg = HumanMessage(content=body.content)
@@ -198,7 +222,9 @@ class LangGraphAgent:
 
     def fork(self, sid: str) -> dict[str, Any]:
         new = uuid.uuid4().hex[:12]
-        self.sessions[new] = dict(self.session(sid))
+        copied = dict(self.session(sid))
+        with self.meta:
+            self.sessions[new] = copied
         values = self.graph.get_state(self._config(sid)).values
         if values:
             self.graph.update_state(self._config(new), values, as_node="model")
@@ -231,9 +257,12 @@ class LangGraphAgent:
     def reset(self, tenant: str) -> dict[str, Any]:
         for item in self.store.search((tenant,), limit=10_000):
             self.store.delete(item.namespace, item.key)
-        for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+        with self.meta:  # in place: other tenants' threads add sessions meanwhile
+            mine = [k for k, v in self.sessions.items() if v["tenant"] == tenant]
+        for sid in mine:
             self.checkpointer.delete_thread(sid)
-            del self.sessions[sid]
+            with self.meta:
+                del self.sessions[sid]
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
@@ -242,9 +271,9 @@ class LangGraphAgent:
             {"store": "store", "id": "/".join([*it.namespace, it.key]), "text": json.dumps(it.value)}
             for it in self.store.search((tenant,), limit=10_000)
         ]
-        for sid, s in self.sessions.items():
-            if s["tenant"] != tenant:
-                continue
+        with self.meta:
+            mine = [sid for sid, s in self.sessions.items() if s["tenant"] == tenant]
+        for sid in mine:
             for cp in self.checkpointer.list({"configurable": {"thread_id": sid}}):
                 values = cp.checkpoint.get("channel_values", {})
                 texts = [str(getattr(m, "content", "")) for m in values.get("messages", [])]
@@ -267,9 +296,13 @@ def create_app(agent: LangGraphAgent) -> FastAPI:
     p = "/eu-audit/v1"
 
     def locked(fn: Any) -> Any:
+        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
+
         @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
         def run(*a: Any, **k: Any) -> Any:
-            with agent.lock:
+            body = k.get("body")
+            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
+            with agent.lock_of(tenant):
                 return fn(*a, **k)
 
         return run
@@ -281,7 +314,7 @@ def create_app(agent: LangGraphAgent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "langgraph-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True}  # fmt: skip
+                "store_dump": True, "compact": True, "tenant_model_url": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))

@@ -53,6 +53,7 @@ class StartSession(BaseModel):
     tenant: str
     seed: int = 0
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
 
 
 class Message(BaseModel):
@@ -80,12 +81,27 @@ def _norm(text: str) -> str:
 class Mem0Agent:
     def __init__(self, data: Path, model: str, infer: bool, forget: str = "mem0") -> None:
         self.data, self.model, self.infer, self.forget_mode = data, model, infer, forget
-        base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.base = base
-        self.client = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
+        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
+        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
+        self.clients: dict[str, OpenAI] = {}  # base URL -> client
         self.memories: dict[str, Memory] = {}
         self.sessions: dict[str, dict[str, Any]] = {}
-        self.lock = threading.RLock()
+        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
+        self.meta = threading.Lock()  # guards the dicts above
+
+    def lock_of(self, tenant: str) -> threading.RLock:
+        with self.meta:
+            return self.locks.setdefault(tenant, threading.RLock())
+
+    def tenant_of(self, sid: str) -> str:
+        return str(self.session(sid)["tenant"])
+
+    def client(self, tenant: str) -> OpenAI:
+        base = self.bases.get(tenant, self.base)
+        with self.meta:
+            if base not in self.clients:
+                self.clients[base] = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
+            return self.clients[base]
 
     # --- mem0, one store per tenant ------------------------------------------------------------------
 
@@ -93,7 +109,7 @@ class Mem0Agent:
         if tenant not in self.memories:
             folder = self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
             folder.mkdir(parents=True, exist_ok=True)
-            openai_cfg = {"openai_base_url": self.base, "api_key": "none"}
+            openai_cfg = {"openai_base_url": self.bases.get(tenant, self.base), "api_key": "none"}
             self.memories[tenant] = Memory.from_config(
                 {
                     "vector_store": {
@@ -124,11 +140,13 @@ class Mem0Agent:
 
     # --- the model ------------------------------------------------------------------------------------
 
-    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Any:
+    def chat(
+        self, tenant: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> Any:
         kw: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": 96}
         if tools:
             kw["tools"] = tools
-        return self.client.chat.completions.create(**kw).choices[0].message
+        return self.client(tenant).chat.completions.create(**kw).choices[0].message
 
     def prompt(self, s: dict[str, Any]) -> list[dict[str, Any]]:
         system = SYSTEM
@@ -149,17 +167,18 @@ class Mem0Agent:
             return str(s["summary"])
         lines = "\n".join(f"{m['role']}: {m.get('content') or ''}" for m in old)
         msg = self.chat(
+            s["tenant"],
             [
                 {"role": "system", "content": "Summarize the conversation in at most three sentences."},
                 {"role": "user", "content": f"Earlier summary: {s['summary'] or '(none)'}\n{lines}"},
-            ]
+            ],
         )
         s["summary"] = (msg.content or "").strip()
         s["summaries"].append(s["summary"])
         return str(s["summary"])
 
     def answer(self, s: dict[str, Any]) -> dict[str, Any]:
-        msg = self.chat(self.prompt(s), s["tools"])
+        msg = self.chat(s["tenant"], self.prompt(s), s["tools"])
         calls = list(msg.tool_calls or [])
         turn: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
         if calls:
@@ -184,21 +203,23 @@ class Mem0Agent:
     # --- the contract ---------------------------------------------------------------------------------
 
     def start(self, body: StartSession) -> dict[str, Any]:
+        if body.model_base_url and self.bases.get(body.tenant) != body.model_base_url:
+            self.bases[body.tenant] = body.model_base_url
+            self.memories.pop(body.tenant, None)  # mem0's LLM and embedder follow the tenant's lane
         sid = uuid.uuid4().hex[:12]
-        self.sessions[sid] = {
-            "tenant": body.tenant, "tools": body.tools, "history": [], "summary": "", "summaries": [],
-            "recalled": [],
-        }  # fmt: skip
+        with self.meta:
+            self.sessions[sid] = {
+                "tenant": body.tenant, "tools": body.tools, "history": [], "summary": "", "summaries": [],
+                "recalled": [],
+            }  # fmt: skip
         return {"session_id": sid}
 
     def send(self, sid: str, body: Message) -> dict[str, Any]:
         s = self.session(sid)
-        if body.role == "tool":
-            s["history"].append(
-                {"role": "tool", "tool_call_id": body.tool_call_id or "scaffold", "content": body.content}
-            )
-            if body.tool_call_id is None:  # a tool result the scaffold ran: the model sees it as context
-                s["history"][-1] = {"role": "user", "content": f"Tool result ({body.name}): {body.content}"}
+        if body.role == "tool" and body.tool_call_id in _call_ids(s["history"]):
+            s["history"].append({"role": "tool", "tool_call_id": body.tool_call_id, "content": body.content})
+        elif body.role == "tool":  # a tool result the scaffold ran (no call of ours): context for the model
+            s["history"].append({"role": "user", "content": f"Tool result ({body.name}): {body.content}"})
         else:
             s["recalled"] = self.recall(s["tenant"], body.content)
             s["history"].append({"role": "user", "content": body.content})
@@ -212,7 +233,9 @@ class Mem0Agent:
 
     def fork(self, sid: str) -> dict[str, Any]:
         new = uuid.uuid4().hex[:12]
-        self.sessions[new] = copy.deepcopy(self.session(sid))
+        copied = copy.deepcopy(self.session(sid))
+        with self.meta:
+            self.sessions[new] = copied
         return {"session_id": new}
 
     def compact(self, sid: str) -> dict[str, Any]:
@@ -249,7 +272,9 @@ class Mem0Agent:
         if tenant in self.memories:
             self.memories.pop(tenant).reset()
         shutil.rmtree(self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant), ignore_errors=True)
-        self.sessions = {k: v for k, v in self.sessions.items() if v["tenant"] != tenant}
+        with self.meta:  # in place: other tenants' threads add sessions meanwhile
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
@@ -270,7 +295,9 @@ class Mem0Agent:
             pass  # a tenant that never stored anything has no tables yet
         finally:
             db.close()
-        for sid, s in self.sessions.items():
+        with self.meta:
+            mine = [(sid, s) for sid, s in self.sessions.items() if s["tenant"] == tenant]
+        for sid, s in mine:
             if s["tenant"] != tenant:
                 continue
             for i, text in enumerate(s["summaries"]):
@@ -287,14 +314,23 @@ class Mem0Agent:
         return self.sessions[sid]
 
 
+def _call_ids(history: list[dict[str, Any]]) -> set[str]:
+    """The ids of the tool calls this agent made in the conversation (a result must answer one of them)."""
+    return {c["id"] for m in history for c in m.get("tool_calls") or []}
+
+
 def create_app(agent: Mem0Agent) -> FastAPI:
     app = FastAPI(title="mem0 reference agent")
     p = "/eu-audit/v1"
 
     def locked(fn: Any) -> Any:
+        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
+
         @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
         def run(*a: Any, **k: Any) -> Any:
-            with agent.lock:
+            body = k.get("body")
+            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
+            with agent.lock_of(tenant):
                 return fn(*a, **k)
 
         return run
@@ -306,7 +342,7 @@ def create_app(agent: Mem0Agent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "mem0-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True}  # fmt: skip
+                "store_dump": True, "compact": True, "tenant_model_url": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
