@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eu_audit.bundle.io import read_bundle
-from eu_audit.runtime.models import TINY_MODEL
+from eu_audit.runtime.models import TINY_MODEL, LoadedModel
 
 from .helpers import cli_server, run_cli
 
@@ -71,7 +72,9 @@ def test_an_agent_that_cannot_take_a_lane_is_refused_and_one_that_leaves_it_fail
     assert proc.returncode == 2 and "--concurrency" in proc.stderr
 
 
-def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_requests(tiny) -> None:  # type: ignore[no-untyped-def]
+def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_requests(
+    tiny: LoadedModel,
+) -> None:
     """Tenants side by side send their requests interleaved. With one cache for all, each request would
     meet another tenant's prefix and prefill its whole prompt again; serve keeps one cache per recent lane
     (``--lane-caches``), and a lane's answers are the ones a lone cache gives."""
@@ -79,17 +82,17 @@ def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_r
     import threading
     import time
 
-    from eu_audit.blackbox.serve import Backend, Call, RequestLog, create_app
+    from eu_audit.blackbox.serve import Backend, Call, RequestLog, Routes, create_app
     from eu_audit.blackbox.serve_api import Limits
     from eu_audit.engines.hf import HFEngine
 
-    def routes(caches: int):  # type: ignore[no-untyped-def]
+    def routes(caches: int) -> Routes:
         backend = Backend(engine=HFEngine(tiny), model_name="tiny")
         return create_app(backend, RequestLog(None), limits=Limits(lane_caches=caches)).state.routes
 
-    def chat(r, lane: str, messages: list[dict[str, str]]) -> dict:  # type: ignore[no-untyped-def]
+    def chat(r: Routes, lane: str, messages: list[dict[str, str]]) -> dict[str, Any]:
         call = Call(deadline=time.monotonic() + 60, stopping=threading.Event(), lane=r.lane(lane))
-        return r._chat(json.dumps({"model": "m", "max_tokens": 4, "messages": messages}).encode(), call)  # type: ignore[no-any-return]
+        return r._chat(json.dumps({"model": "m", "max_tokens": 4, "messages": messages}).encode(), call)
 
     def history(who: str, turns: int) -> list[dict[str, str]]:
         sys = {"role": "system", "content": f"You serve {who}. " + "Keep every answer short. " * 8}
