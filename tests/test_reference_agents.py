@@ -86,7 +86,7 @@ def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(
 
 
 @pytest.mark.slow  # two real stacks' start-up and stores; mechanics on the tiny model
-@pytest.mark.parametrize("name", ["mem0", "langgraph"])
+@pytest.mark.parametrize("name", ["mem0", "langgraph", "openai-agents", "llamaindex"])
 def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
     name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

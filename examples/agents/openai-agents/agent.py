@@ -1,0 +1,366 @@
+"""A chat agent with tools on the OpenAI Agents SDK (``openai-agents``), its conversation kept in the SDK's
+``SQLiteSession``, served over eu-audit's agent contract.
+
+It is the agent the SDK's docs build: an ``Agent`` run by ``Runner`` with a ``SQLiteSession`` for memory
+(one per conversation, all of a tenant's in one SQLite file), its model an ``OpenAIChatCompletionsModel``
+on an OpenAI-compatible endpoint. The SDK keeps no long-term memory of its own: records the harness
+injects go to a session of their own (``memory``) whose items the agent's instructions list.
+
+Its forget is what the SDK documents for removing conversation items, chosen with ``--forget``:
+
+- ``rewrite`` (default): for every session of the tenant, ``get_items``, ``clear_session`` and
+  ``add_items`` of the items that do not carry the target (the items that do are gone);
+- ``clear``: ``clear_session`` of every session that carries the target (the whole conversation goes);
+- ``none``: acknowledged, nothing removed (the paper's B0).
+
+``dump`` lists each session's items and, as a store tier of its own (``sqlite-file``), the printable
+strings of the SQLite file itself: SQLite leaves a deleted row's bytes in the file's free pages until they
+are reused (``secure_delete`` is off by default), and a forget that only deletes rows leaves them there.
+
+Tools: the harness runs them. The SDK invokes a function tool itself, so each tool here records the call
+and answers a placeholder, the run stops at the first tool (``tool_use_behavior="stop_on_first_tool"``)
+and the agent returns the call as its action; the harness's result then replaces the placeholder
+(``pop_item``, the SDK's documented undo of the last item) before the run goes on.
+
+Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``).
+
+    pip install -r examples/agents/openai-agents/requirements.txt
+    OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \\
+        python examples/agents/openai-agents/agent.py --port 9002 --data /tmp/oai-agent
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # no phone-home
+
+import uvicorn
+from agents import (
+    Agent,
+    FunctionTool,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    Runner,
+    SQLiteSession,
+    set_tracing_disabled,
+)
+from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
+from fastapi import FastAPI, HTTPException
+from openai import AsyncOpenAI
+from pydantic import BaseModel, Field
+
+set_tracing_disabled(True)
+
+CONTRACT = "eu-audit/agent-api@1"
+SYSTEM = (
+    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
+    "them, and what you remember about the user when it helps."
+)
+PENDING = "(the result of this call arrives in the next message)"
+MEMORY = "memory"  # the session that holds the tenant's injected records
+
+
+class StartSession(BaseModel):
+    tenant: str
+    seed: int = 0
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class MemoryRecord(BaseModel):
+    id: str
+    text: str
+
+
+class ForgetRequest(BaseModel):
+    target: str
+    variants: list[str] = Field(default_factory=list)
+    hint: dict[str, Any] | None = None
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
+
+
+def _text(item: Any) -> str:
+    return json.dumps(item, ensure_ascii=False)
+
+
+def _file_strings(path: Path, shortest: int = 8) -> list[str]:
+    """The printable runs of a file's bytes (what ``strings`` shows): live rows and freed pages alike."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    return [m.decode("utf-8", "replace") for m in re.findall(rb"[\x20-\x7e]{%d,}" % shortest, data)]
+
+
+class AgentsSDKAgent:
+    def __init__(self, data: Path, model: str, forget: str = "rewrite") -> None:
+        self.data, self.model, self.forget_mode = data, model, forget
+        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
+        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
+        self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools
+        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
+        self.meta = threading.Lock()
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    def lock_of(self, tenant: str) -> threading.RLock:
+        with self.meta:
+            return self.locks.setdefault(tenant, threading.RLock())
+
+    def tenant_of(self, sid: str) -> str:
+        return str(self.session(sid)["tenant"])
+
+    def session(self, sid: str) -> dict[str, Any]:
+        if sid not in self.sessions:
+            raise HTTPException(404, f"no session {sid}")
+        return self.sessions[sid]
+
+    def folder(self, tenant: str) -> Path:
+        return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
+
+    @contextlib.contextmanager
+    def store(self, tenant: str, sid: str) -> Iterator[SQLiteSession]:
+        """The SDK's session ``sid`` in the tenant's SQLite file, closed after use."""
+        folder = self.folder(tenant)
+        folder.mkdir(parents=True, exist_ok=True)
+        session = SQLiteSession(sid, folder / "sessions.sqlite")
+        try:
+            yield session
+        finally:
+            session.close()
+
+    def items(self, tenant: str, sid: str) -> list[Any]:
+        with self.store(tenant, sid) as store:
+            return list(asyncio.run(store.get_items()))
+
+    def stored_ids(self, tenant: str) -> list[str]:
+        """Every session id the tenant's file holds (the SDK's sessions table), the memory one included."""
+        import sqlite3
+
+        path = self.folder(tenant) / "sessions.sqlite"
+        if not path.exists():
+            return []
+        db = sqlite3.connect(path)
+        try:
+            return [r[0] for r in db.execute("SELECT session_id FROM agent_sessions")]
+        except sqlite3.Error:
+            return []
+        finally:
+            db.close()
+
+    def agent(self, tenant: str, tools: list[dict[str, Any]], memories: list[str], calls: list[Any]) -> Agent:
+        client = AsyncOpenAI(base_url=self.bases.get(tenant, self.base), api_key="none")
+        instructions = SYSTEM
+        if memories:
+            instructions += "\nWhat you remember about the user:\n" + "\n".join(f"- {m}" for m in memories)
+
+        def tool(spec: dict[str, Any]) -> FunctionTool:
+            fn = spec.get("function") or spec
+
+            async def invoke(ctx: Any, args: str, name: str = str(fn["name"])) -> str:
+                calls.append({"id": getattr(ctx, "tool_call_id", ""), "name": name, "arguments": args})
+                return PENDING
+
+            return FunctionTool(
+                name=str(fn["name"]),
+                description=str(fn.get("description", "")),
+                params_json_schema=fn.get("parameters") or {"type": "object", "properties": {}},
+                on_invoke_tool=invoke,
+                strict_json_schema=False,
+            )
+
+        return Agent(
+            name="assistant",
+            instructions=instructions,
+            model=OpenAIChatCompletionsModel(model=self.model, openai_client=client),
+            model_settings=ModelSettings(temperature=0.0, max_tokens=96),
+            tools=[tool(t) for t in tools],
+            tool_use_behavior="stop_on_first_tool",
+        )
+
+    def memories(self, tenant: str) -> list[str]:
+        return [str(it.get("content", "")) for it in self.items(tenant, MEMORY) if isinstance(it, dict)]
+
+    def run(self, sid: str, new: list[dict[str, Any]]) -> dict[str, Any]:
+        s = self.session(sid)
+        calls: list[dict[str, Any]] = []
+        agent = self.agent(s["tenant"], s["tools"], self.memories(s["tenant"]), calls)
+        with self.store(s["tenant"], sid) as store:
+            try:
+                result = Runner.run_sync(agent, new, session=store, max_turns=4)  # type: ignore[arg-type]
+            except (ModelBehaviorError, MaxTurnsExceeded) as exc:
+                # the SDK refuses a reply it cannot read (an empty answer cut at the token cap): the turn
+                # says nothing, as a deployed agent's error handler would
+                print(f"the SDK refused the model's answer: {exc}", flush=True)
+                return {"text": "", "actions": []}
+        actions = []
+        for c in calls:
+            try:
+                args = json.loads(c["arguments"] or "{}")
+            except ValueError:
+                args = None
+            actions.append({"id": c["id"], "name": c["name"], "arguments": args})
+        text = "" if calls else str(result.final_output or "")
+        return {"text": text, "actions": actions}
+
+    # --- the contract -----------------------------------------------------------------------------
+
+    def start(self, body: StartSession) -> dict[str, Any]:
+        if body.model_base_url:
+            self.bases[body.tenant] = body.model_base_url
+        sid = uuid.uuid4().hex[:12]
+        with self.meta:
+            self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
+        return {"session_id": sid}
+
+    def send(self, sid: str, body: Message) -> dict[str, Any]:
+        s = self.session(sid)
+        new: list[dict[str, Any]] = [{"role": "user", "content": body.content}]
+        if body.role == "tool":  # by default a tool result the scaffold ran (no call of ours): context
+            new = [{"role": "user", "content": f"Tool result ({body.name}): {body.content}"}]
+            with self.store(s["tenant"], sid) as store:
+                items = asyncio.run(store.get_items())
+                last: Any = items[-1] if items else {}
+                pending = isinstance(last, dict) and last.get("output") == PENDING
+                if pending and last.get("call_id") == body.tool_call_id:
+                    asyncio.run(store.pop_item())  # the placeholder goes; the harness's result replaces it
+                    out = {
+                        "type": "function_call_output",
+                        "call_id": body.tool_call_id,
+                        "output": body.content,
+                    }
+                    new = [out]
+        return self.run(sid, new)
+
+    def fork(self, sid: str) -> dict[str, Any]:
+        s = self.session(sid)
+        new = uuid.uuid4().hex[:12]
+        items = self.items(s["tenant"], sid)
+        with self.store(s["tenant"], new) as store:
+            asyncio.run(store.add_items(items))
+        with self.meta:
+            self.sessions[new] = dict(s)
+        return {"session_id": new}
+
+    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+        with self.store(tenant, MEMORY) as store:
+            asyncio.run(store.add_items([{"role": "user", "content": body.text}]))
+        return {"text": "", "actions": []}
+
+    def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
+        if self.forget_mode == "none":
+            return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"removed": 0}}
+        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        removed, cleared = 0, []
+        for sid in self.stored_ids(tenant):
+            items = self.items(tenant, sid)
+            keep = [it for it in items if not any(n in _norm(_text(it)) for n in needles)]
+            if len(keep) == len(items):
+                continue
+            with self.store(tenant, sid) as store:
+                asyncio.run(store.clear_session())
+                if self.forget_mode == "rewrite":
+                    asyncio.run(store.add_items(keep))
+            removed += len(items) - (len(keep) if self.forget_mode == "rewrite" else 0)
+            cleared.append(sid)
+        detail = f"{self.forget_mode}: {removed} items removed from {len(cleared)} sessions"
+        return {"status": "ok", "detail": detail, "receipt": {"removed": removed, "sessions": cleared}}
+
+    def reset(self, tenant: str) -> dict[str, Any]:
+        shutil.rmtree(self.folder(tenant), ignore_errors=True)
+        with self.meta:
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+        return {"ok": True}
+
+    def dump(self, tenant: str) -> dict[str, Any]:
+        """The tenant's sessions item by item, and the printable strings of its SQLite file."""
+        items = []
+        for sid in self.stored_ids(tenant):
+            store = "memory" if sid == MEMORY else "session"
+            for i, it in enumerate(self.items(tenant, sid)):
+                items.append({"store": store, "id": f"{sid}/{i}", "text": _text(it)})
+        for path in sorted(self.folder(tenant).glob("sessions.sqlite*")):  # the file and its WAL
+            for i, text in enumerate(_file_strings(path)):
+                items.append({"store": "sqlite-file", "id": f"{path.name}/{i}", "text": text})
+        return {"items": items}
+
+
+def create_app(agent: AgentsSDKAgent) -> FastAPI:
+    app = FastAPI(title="OpenAI Agents SDK reference agent")
+    p = "/eu-audit/v1"
+
+    def locked(fn: Any) -> Any:
+        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
+
+        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
+        def run(*a: Any, **k: Any) -> Any:
+            body = k.get("body")
+            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
+            with agent.lock_of(tenant):
+                return fn(*a, **k)
+
+        return run
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get(p + "/capabilities")
+    def capabilities() -> dict[str, Any]:
+        return {"version": CONTRACT, "name": "openai-agents-sqlite-session", "fork": True,
+                "memory_inject": True, "store_dump": True, "tenant_model_url": True}  # fmt: skip
+
+    app.post(p + "/sessions")(locked(agent.start))
+    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
+    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
+    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
+    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
+    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
+    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=9002)
+    ap.add_argument(
+        "--data", type=Path, default=Path("openai-agents-data"), help="one SQLite file per tenant"
+    )
+    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap.add_argument(
+        "--forget",
+        choices=["rewrite", "clear", "none"],
+        default="rewrite",
+        help="rewrite: re-add each session's items without the target; clear: clear_session of every "
+        "session that holds it; none: acknowledge and remove nothing (B0)",
+    )
+    args = ap.parse_args()
+    agent = AgentsSDKAgent(args.data, args.model, forget=args.forget)
+    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
