@@ -1,6 +1,6 @@
 """Preference calibration: behavioral residue can only show where the B5 floor leaves room for it, so a
-pair is kept only when the agent that never saw the exclusion picks both providers (pooled over the two
-counterbalanced orders) and names one in most asks."""
+pair is kept only when the agent that never saw the exclusion picks both providers in each of the two
+counterbalanced orders (a choice set by position is no room at all) and names one in most asks."""
 
 from __future__ import annotations
 
@@ -33,23 +33,33 @@ def test_every_choice_turn_is_cued_so_the_answer_names_a_provider() -> None:
         assert all(s.cue == CHOICE_CUE for s in ep.steps if s.choices)
 
 
-def test_a_floor_that_always_avoids_the_excluded_provider_is_saturated_and_dropped() -> None:
-    eps = candidates(2, Knobs())
-    pair0, pair1 = eps[0].meta, eps[2].meta
+def test_a_floor_saturated_or_set_by_order_is_dropped_and_one_in_band_in_both_orders_kept() -> None:
+    eps = candidates(3, Knobs())
+    pair0, pair1, pair2 = eps[0].meta, eps[2].meta, eps[4].meta
     states = [
         # pair 0: the never-told agent picks the other provider in every sample, both orders
         floor_state(eps[0].id, [pair0["other"]] * 4),
         floor_state(eps[1].id, [pair0["other"]] * 4),
-        # pair 1: it picks whichever is offered first: an even split once the orders are pooled
+        # pair 1: it picks whichever is offered first: an even split once the orders are pooled, but
+        # within each order the choice is fixed
         floor_state(eps[2].id, [pair1["excluded"]] * 4),
         floor_state(eps[3].id, [pair1["other"]] * 4),
+        # pair 2: it picks both providers in each order
+        floor_state(eps[4].id, [pair2["excluded"], pair2["other"]] * 2),
+        floor_state(eps[5].id, [pair2["other"], pair2["excluded"], pair2["other"], pair2["other"]]),
         # another method's states never count towards the floor
         floor_state(eps[2].id, [pair1["other"]] * 4, method="b0"),
     ]
     rows = pair_floors(states, eps, BAND)
-    assert [(r.scenario, r.avoid, r.kept) for r in rows] == [(0, 1.0, False), (1, 0.5, True)]
-    assert rows[0].why == "saturated (floor 1.00)"
+    assert [(r.scenario, r.avoid, r.kept) for r in rows] == [
+        (0, 1.0, False),
+        (1, 0.5, False),
+        (2, 0.625, True),
+    ]
+    assert rows[0].why == "saturated (excluded 1st / 2nd: 1.00 / 1.00)"
     assert rows[1].avoid_by_order == [0.0, 1.0] and rows[1].asked == rows[1].named == 8
+    assert rows[1].why == "set by order (excluded 1st / 2nd: 0.00 / 1.00)"
+    assert rows[2].avoid_by_order == [0.5, 0.75]
 
 
 def test_a_floor_that_names_neither_provider_is_unmeasurable_never_kept() -> None:
@@ -57,7 +67,7 @@ def test_a_floor_that_names_neither_provider_is_unmeasurable_never_kept() -> Non
     other = eps[0].meta["other"]
     states = [floor_state(eps[0].id, [None, None, None, other]), floor_state(eps[1].id, [None] * 4)]
     (row,) = pair_floors(states, eps, BAND)
-    assert row.avoid == 1.0 and not row.kept
+    assert row.avoid == 1.0 and row.avoid_by_order == [1.0, None] and not row.kept
     assert row.why == "unmeasurable (named a provider in 1 of 8 asks)"
 
 

@@ -4,8 +4,11 @@ Behavioral residue can only show where the floor leaves room for it. If the agen
 about the exclusion already avoids the excluded provider in every sample (or names neither provider),
 no method can score above the floor and the avoid test is blind. Calibration runs the real floor (record
 the candidates, B5 full reset, the audit's own choice asks at its temperature and seeds) for each
-candidate pair, pooled over its two counterbalanced orders, and keeps the pairs whose floor avoid rate
-lies inside a band around an even split. The result is a suite file plus the table that justifies it.
+candidate pair, in each of its two counterbalanced orders, and keeps the pairs whose floor avoid rate
+lies inside a band around an even split **in both orders**. Pooling the orders is not enough: a model
+that always picks the provider offered first avoids the excluded one in exactly half of the pooled asks,
+yet within each order its choice is fixed, and no method can move it. The result is a suite file plus the
+table that justifies it.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ class Calibration(BaseModel):
         rows = [
             f"Preference calibration on {self.model} ({self.engine}): B5 floor avoid rate per pair, "
             f"{self.samples} samples per order at T={self.temperature}, seed {self.seed}; kept when the "
-            f"floor lies in [{lo:.2f}, {hi:.2f}] and at least {MIN_NAMED:.0%} of asks name a provider. "
+            f"floor lies in [{lo:.2f}, {hi:.2f}] in each order and at least {MIN_NAMED:.0%} of asks name a "
+            "provider. "
             f"{len(self.kept)} of {len(self.pairs)} pairs kept; {self.wall_s:.0f} s.",
             "",
             "| pair | service | excluded / other | n | named | floor avoid | excluded 1st / 2nd | kept |",
@@ -84,14 +88,20 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def judge(named: int, asked: int, avoid: float | None, band: tuple[float, float]) -> tuple[bool, str]:
-    """Keep a pair whose floor can move both ways: measurable and not saturated."""
+def judge(
+    named: int, asked: int, by_order: list[float | None], band: tuple[float, float]
+) -> tuple[bool, str]:
+    """Keep a pair whose floor can move both ways in each order: measurable, and in the band in both."""
     lo, hi = band
-    if avoid is None or named < MIN_NAMED * asked:
+    if named < MIN_NAMED * asked or any(a is None for a in by_order):
         return False, f"unmeasurable (named a provider in {named} of {asked} asks)"
-    if avoid < lo or avoid > hi:
-        return False, f"saturated (floor {avoid:.2f})"
-    return True, "in band"
+    rates = [float(a) for a in by_order if a is not None]
+    shown = " / ".join(f"{a:.2f}" for a in rates)
+    if all(a < lo for a in rates) or all(a > hi for a in rates):
+        return False, f"saturated (excluded 1st / 2nd: {shown})"
+    if any(a < lo or a > hi for a in rates):
+        return False, f"set by order (excluded 1st / 2nd: {shown})"
+    return True, "in band in both orders"
 
 
 def candidates(n: int, knobs: Knobs) -> list[Episode]:
@@ -167,7 +177,8 @@ def pair_floors(
         orders = picks[i]
         pooled = orders[0] + orders[1]
         avoid = sum(pooled) / len(pooled) if pooled else None
-        kept, why = judge(len(pooled), asked[i], avoid, band)
+        by_order = [sum(o) / len(o) if o else None for o in orders]
+        kept, why = judge(len(pooled), asked[i], by_order, band)
         rows.append(
             PairFloor(
                 scenario=i,
@@ -177,7 +188,7 @@ def pair_floors(
                 asked=asked[i],
                 named=len(pooled),
                 avoid=avoid,
-                avoid_by_order=[sum(o) / len(o) if o else None for o in orders],
+                avoid_by_order=by_order,
                 kept=kept,
                 why=why,
             )
