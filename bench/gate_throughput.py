@@ -14,54 +14,16 @@ harness's own work with the model's.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eu_audit.engines.llamacpp_server import free_port  # noqa: E402
-
-
-@contextlib.contextmanager
-def process(argv: list[str], health: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``argv --port P`` in a child process, its output in a temporary file; yields its URL when healthy."""
-    port = free_port()
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            [*argv, "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 600
-            while True:
-                try:
-                    with urllib.request.urlopen(url + health, timeout=2):
-                        break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        log.seek(0)
-                        raise SystemExit(
-                            f"{argv[:3]} did not come up: {log.read().decode()[-2000:]}"
-                        ) from None
-                    time.sleep(0.5)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+from tests.helpers import http_process  # noqa: E402
 
 
 def agent_argv(name: str, serve: str, data: Path) -> tuple[list[str], dict[str, str]]:
@@ -86,13 +48,13 @@ def main() -> None:
     print(f"{args.model}; builtin + bfcl-memory, n {args.n} each (agent and b5 tenants), k {args.k}")
     print("| agent | --concurrency | sessions | wall s | sessions per min | vs 1 |")
     print("|---|---|---|---|---|---|")
-    with process(serve_argv, "/health") as serve:
+    with http_process(serve_argv) as serve:
         for name in args.agents.split(","):
             base = None
             for level in [int(x) for x in args.levels.split(",")]:
                 argv, env = agent_argv(name, serve, tmp / f"{name}-{level}-data")
                 out = tmp / f"{name}-{level}.jsonl"
-                with process(argv, "/eu-audit/v1/capabilities", env) as agent:
+                with http_process(argv, "/eu-audit/v1/capabilities", env) as agent:
                     cmd = [sys.executable, "-m", "eu_audit.cli", "record", "--agent", agent,
                            "--serve", serve, "--serve-control", str(control),
                            "--suite", "builtin,bfcl-memory", "--n", str(args.n), "--k", str(args.k),
