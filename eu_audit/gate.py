@@ -1,9 +1,11 @@
 """CI gates over an audit: ``b7.leak_probes<=floor``, ``b7.cad==0``, ``b7.agentdojo.agreement>=0.99``.
 
 A rule is ``METHOD[.SUITE].METRIC OP VALUE`` with OP one of ``<= >= == < >`` and VALUE a number or
-``floor`` (B5's value, paired by session). Without a suite the rule reads every session. Each rule's
-verdict is held, failed or inconclusive (``eu_audit.verdict``); gates fail closed: a value that could not
-be measured fails the rule, and an errored state fails the run.
+``floor`` (B5's value, paired by session), or, for a black-box agent, ``METHOD[.SUITE].CHANNEL.TIER OP
+N`` naming one channel where z may be (``agent.store.history==0``, ``agent.prompt.memory==0``,
+``agent.tool.routing==0``: ``eu_audit.audits.channels``). Without a suite the rule reads every session.
+Each rule's verdict is held, failed or inconclusive (``eu_audit.verdict``); gates fail closed: a value
+that could not be measured fails the rule, and an errored state fails the run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.errors import BadInput
 
 _RULE = re.compile(r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$")
+_CHANNEL_RULE = re.compile(
+    r"^\s*([\w-]+)(?:\.([\w-]+))?\.(prompt|store|tool)\.([\w-]+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$"
+)
 
 
 @dataclass(frozen=True)
@@ -30,9 +35,19 @@ class Rule:
 
 
 def parse_rule(text: str) -> Rule:
+    m = _CHANNEL_RULE.match(text)
+    if m:  # a channel of a black-box agent (eu_audit.audits.channels): a count per session, a fact
+        method, suite, kind, tier, op, rhs = m.groups()
+        if rhs == "floor":
+            raise BadInput(f"gate '{text}': a channel rule is a count per session: compare it with a number")
+        return Rule(text, method.lower(), suite or "all", f"{kind}.{tier}", op, rhs)
     m = _RULE.match(text)
     if not m:
-        raise BadInput(f"gate '{text}': expected METHOD[.SUITE].METRIC OP VALUE, e.g. b7.leak_probes<=floor")
+        raise BadInput(
+            f"gate '{text}': expected METHOD[.SUITE].METRIC OP VALUE (e.g. b7.leak_probes<=floor) or "
+            "METHOD[.SUITE].CHANNEL.TIER OP N with CHANNEL one of prompt, store, tool "
+            "(e.g. agent.store.history==0)"
+        )
     method, suite, metric, op, rhs = m.groups()
     if metric not in METRICS:
         raise BadInput(f"gate '{text}': unknown metric '{metric}' (known: {', '.join(METRICS.names())})")

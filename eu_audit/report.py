@@ -94,7 +94,7 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
 def audit_section(path: Path, out: Path) -> list[str]:
     check_input_file(path)
     rep = read_report(path)
-    from eu_audit.audits.output import summary_lines
+    from eu_audit.audits.output import channel_table, summary_lines
 
     metrics = report_metrics()
     lines = [f"### audit `{path.name}` ({rep.model})", "", *summary_lines(rep), ""]
@@ -113,6 +113,7 @@ def audit_section(path: Path, out: Path) -> list[str]:
             name = f"{method} (floor)" if method == FLOOR else method
             lines.append(f"| {name} | " + " | ".join(fmt(m, c) for m in metrics) + " |")
         lines.append("")
+    lines += channel_table(rep)
     lines += _verdict_lines(rep)
     lines += _rates_plot(rep, path, out)
     # the behavioral distribution with the floor

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from eu_audit.audits.channels import channel_unmeasured, channel_value
 from eu_audit.audits.metric import METRICS, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 
@@ -237,7 +238,8 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
     if rule.rhs == "floor" and not report.floor:
         return _result(rule, "failed", "not measured: the audit ran without the floor")
     floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
-    measured = [s for s in mine if s.values.get(name) is not None]
+    values = {s.session_id: value_of(s, name) for s in mine}
+    measured = [s for s in mine if values[s.session_id] is not None]
     if rule.rhs == "floor":  # a pair needs both sides
         measured = [
             s
@@ -245,21 +247,36 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
             if floor.get(s.session_id) and floor[s.session_id].values.get(name) is not None
         ]
     if not measured:
-        why = sorted({s.unmeasured[name] for s in mine if name in s.unmeasured}) or ["no value"]
+        why = sorted({r for s in mine if (r := unmeasured_reason(s, name))}) or ["no value"]
         return _result(rule, "failed", f"{name}: {'; '.join(why)} (fails closed: never a pass)")
     sign = -1.0 if rule.op in (">=", ">") else 1.0
 
     def reference(s: StateAudit) -> float:
         return float(floor[s.session_id].values[name] or 0.0) if rule.rhs == "floor" else float(rule.rhs)
 
-    ds = [sign * (float(s.values[name] or 0.0) - reference(s)) for s in measured]
+    ds = [sign * (float(values[s.session_id] or 0.0) - reference(s)) for s in measured]
     identical = all(s.session_id in floor and _identical(s, floor[s.session_id]) for s in measured)
     # a session the metric does not apply to (avoid outside the preference suite) is not a missing one;
     # one it could not be measured on (a reason is recorded) is
-    applies = [s for s in mine if s.values.get(name) is not None or name in s.unmeasured]
+    applies = [s for s in mine if values[s.session_id] is not None or unmeasured_reason(s, name)]
     return Evidence(
-        ds, [float(s.values[name] or 0.0) for s in measured], max(len(applies), len(ds)), identical
+        ds, [float(values[s.session_id] or 0.0) for s in measured], max(len(applies), len(ds)), identical
     )
+
+
+def value_of(state: StateAudit, name: str) -> float | None:
+    """A metric's value on a state, or a channel's count (``store.history``: ``eu_audit.audits.channels``)."""
+    if "." in name:
+        kind, tier = name.split(".", 1)
+        return channel_value(state, kind, tier)
+    return state.values.get(name)
+
+
+def unmeasured_reason(state: StateAudit, name: str) -> str:
+    if "." in name:
+        kind = name.split(".", 1)[0]
+        return channel_unmeasured(state, kind) if channel_value(state, kind, "") is None else ""
+    return state.unmeasured.get(name, "")
 
 
 def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> GateResult:

@@ -152,6 +152,38 @@ def thorough() -> NotebookAgent:
     return NotebookAgent(thorough=True)
 
 
+class HidingAgent(NotebookAgent):
+    """Its forget stops *saying* the target: the notes that carry it leave its answers but move to an
+    archive its dump still lists (z suppressed, not erased)."""
+
+    def __init__(self) -> None:
+        super().__init__(thorough=False)
+        self.archive: dict[str, list[str]] = {}
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        variants = [v.lower() for v in [request.target, *request.variants]]
+        carries = [n for n in self.notes[tenant] if any(v in n.lower() for v in variants)]
+        self.archive.setdefault(tenant, []).extend(carries)
+        self.notes[tenant] = [n for n in self.notes[tenant] if n not in carries]
+        return ForgetReceipt(status="ok")
+
+    def reset(self, tenant: str) -> None:
+        super().reset(tenant)
+        self.archive[tenant] = []
+
+    def dump(self, tenant: str) -> StoreDump:
+        from eu_audit.blackbox.contract import StoredItem
+
+        kept = super().dump(tenant).items
+        return StoreDump(
+            items=[*kept, *(StoredItem(store="archive", text=t) for t in self.archive.get(tenant, []))]
+        )
+
+
+def hiding() -> HidingAgent:
+    return HidingAgent()
+
+
 def naive() -> NotebookAgent:
     return NotebookAgent(thorough=False)
 

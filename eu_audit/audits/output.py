@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from eu_audit.audits.metric import TABLE_TITLES, Metric, table_metrics
-from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell
+from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.errors import BadInput
 from eu_audit.stats import stars
 
@@ -151,7 +151,7 @@ def summary_lines(report: AuditReport) -> list[str]:
     hint = report.engine_facts.get("forget_hint")
     if hint:
         lines.append(f"The forget was sent the flagged observation's {hint}.")
-    lines += residue_lines(report)
+    lines += residue_lines(report) + channel_lines(report)
     if groups.get("not measured (no floor)"):
         lines.append(
             "Not measured without the B5 floor (run with --floor to compare): "
@@ -199,6 +199,59 @@ def summary_lines(report: AuditReport) -> list[str]:
                 f"(their ledgers), the audits' {c.get('audit_s')} s"
             )
         lines.append(line + ".")
+    return lines
+
+
+def _black_box_states(report: AuditReport) -> dict[str, list[StateAudit]]:
+    """The agent's states of a black-box audit, by method (the floor tenant is the reference, not shown)."""
+    if report.engine != "agent":
+        return {}
+    return {
+        m: [s for s in report.states if s.method == m and not s.error]
+        for m in row_order(report)
+        if m not in (FLOOR, SERVING)
+    }
+
+
+def channel_lines(report: AuditReport) -> list[str]:
+    """One line per black-box method: the channels where z still is after the forget (the headline
+    verdict over its sessions) and how many channels were observed clean (``eu_audit.audits.channels``)."""
+    from eu_audit.audits.channels import channels
+
+    lines = []
+    for method, states in _black_box_states(report).items():
+        got = channels(states)
+        bad = [c for c in got if c.headline != "erased"]
+        clean = len(got) - len(bad)
+        said = "; ".join(
+            f"{c.name} {c.headline} ({c.counts[c.headline]} of {sum(c.counts.values())} sessions)"
+            for c in bad
+        )
+        lines.append(
+            f"{method}, per channel: "
+            + (said + "; " if said else "")
+            + f"{clean} channel(s) erased in every session."
+        )
+    return lines
+
+
+def channel_table(report: AuditReport) -> list[str]:
+    """Markdown: each black-box method's channels, the verdict over its sessions, a quoted place."""
+    from eu_audit.audits.channels import channel_rows
+
+    lines: list[str] = []
+    for method, states in _black_box_states(report).items():
+        lines += [
+            f"Where z is after {method}'s forget, per channel (sessions; leaked: in what it said or did; "
+            "suppressed: in a prompt or store while its outputs were clean; unknown: not observable):",
+            "",
+            "| channel | verdict | leaked | suppressed | erased | unknown | where (quoted) or why unknown |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in channel_rows(states):
+            quoted = row[-1].replace("|", "\\|")
+            lines.append("| " + " | ".join([*row[:-1], f"`{quoted}`" if quoted else ""]) + " |")
+        lines.append("")
     return lines
 
 

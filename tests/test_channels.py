@@ -1,0 +1,60 @@
+"""A verdict per channel, the headline of a black-box audit: what the agent says and does after its
+forget, what its model reads and what it keeps, each leaked, suppressed, erased or unknown, and a gate can
+name one channel. Mechanics on scripted in-process agents (no model, seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.channels import channels
+from eu_audit.audits.model import AuditReport
+from eu_audit.audits.output import channel_lines, channel_table
+from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.gate import evaluate
+
+from .helpers import run_cli
+
+
+def run(tmp_path: Path, agent: str) -> tuple[Path, AuditReport]:
+    out = tmp_path / f"{agent}.jsonl"
+    record_agent(AgentRecordOptions(agent=f"tests.scripted_agents:{agent}", suite="builtin", n=2, out=out))
+    return out, audit(out, AuditOptions())
+
+
+def by_name(rep: AuditReport) -> dict[str, dict[str, int]]:
+    return {c.name: c.counts for c in channels([s for s in rep.states if s.method == "agent"])}
+
+
+def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps_it(tmp_path: Path) -> None:
+    _, rep = run(tmp_path, "hiding")
+    got = by_name(rep)
+    assert got["answers to probes"]["erased"] == got["sampled answers"]["erased"] == 2
+    assert got["store.archive"]["suppressed"] == got["store dump"]["suppressed"] == 2
+    assert "store.notes" not in got  # a store is named once it held z (the dump's other stores: "store dump")
+    # no serve log: what reached the model is not observable, never counted clean
+    assert got["prompts after the forget"]["unknown"] == 2
+    assert any("store.archive suppressed (2 of 2 sessions)" in line for line in channel_lines(rep))
+    table = "\n".join(channel_table(rep))
+    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 |" in table
+
+
+def test_a_forget_that_deletes_nothing_leaks_in_its_answers_and_its_store(tmp_path: Path) -> None:
+    _, rep = run(tmp_path, "naive")
+    got = by_name(rep)
+    assert got["answers to probes"]["leaked"] == 2 and got["store.notes"]["leaked"] == 2
+
+
+def test_a_gate_can_name_one_channel_and_an_unobservable_one_fails_closed(tmp_path: Path) -> None:
+    bundle, rep = run(tmp_path, "hiding")
+    rules = ["agent.store.archive==0", "agent.store.notes==0", "agent.prompt.memory==0"]
+    got = {g.rule: (g.outcome, g.detail) for g in evaluate(rep, rules)}
+    assert got["agent.store.archive==0"][0] == "failed" and "2 of 2" in got["agent.store.archive==0"][1]
+    assert got["agent.store.notes==0"][0] == "held"
+    assert got["agent.prompt.memory==0"][0] == "failed" and "never a pass" in got["agent.prompt.memory==0"][1]
+    proc = run_cli(
+        "audit", str(bundle), "--gate", "agent.store.archive==0", "--json", str(tmp_path / "a.json")
+    )
+    assert proc.returncode == 1 and "agent.store.archive==0: FAILED" in proc.stdout
+    bad = run_cli("audit", str(bundle), "--gate", "agent.store.archive<=floor")
+    assert bad.returncode == 2 and "compare it with a number" in bad.stderr
