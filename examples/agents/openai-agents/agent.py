@@ -122,6 +122,10 @@ class AgentsSDKAgent:
         self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools
         self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
         self.meta = threading.Lock()
+        self.clients: dict[str, AsyncOpenAI] = {}  # base URL -> client, bound to the loop below
+        # one event loop for every run: an async client outlives a run, and must not outlive its loop
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
     # --- plumbing ---------------------------------------------------------------------------------
 
@@ -171,7 +175,11 @@ class AgentsSDKAgent:
             db.close()
 
     def agent(self, tenant: str, tools: list[dict[str, Any]], memories: list[str], calls: list[Any]) -> Agent:
-        client = AsyncOpenAI(base_url=self.bases.get(tenant, self.base), api_key="none")
+        base = self.bases.get(tenant, self.base)
+        with self.meta:
+            if base not in self.clients:
+                self.clients[base] = AsyncOpenAI(base_url=base, api_key="none")
+            client = self.clients[base]
         instructions = SYSTEM
         if memories:
             instructions += "\nWhat you remember about the user:\n" + "\n".join(f"- {m}" for m in memories)
@@ -209,7 +217,8 @@ class AgentsSDKAgent:
         agent = self.agent(s["tenant"], s["tools"], self.memories(s["tenant"]), calls)
         with self.store(s["tenant"], sid) as store:
             try:
-                result = Runner.run_sync(agent, new, session=store, max_turns=4)  # type: ignore[arg-type]
+                run = Runner.run(agent, new, session=store, max_turns=4)  # type: ignore[arg-type]
+                result = asyncio.run_coroutine_threadsafe(run, self.loop).result()
             except (ModelBehaviorError, MaxTurnsExceeded) as exc:
                 # the SDK refuses a reply it cannot read (an empty answer cut at the token cap): the turn
                 # says nothing, as a deployed agent's error handler would
