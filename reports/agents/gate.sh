@@ -11,6 +11,8 @@
 #   SIGNING_KEY (environment, optional) an ed25519 PEM key: the audit also writes a signed forget receipt,
 #           OUT/receipt.json, checked at once with `eu-audit verify` against SIGNING_KEY's .pub.pem
 #   HINT    (environment, optional) 1: send the forget the sanitized text too (record --hint)
+#   SHARD   (environment, optional) I/N: record only shard I of N of the sessions (record --shard); join
+#           the shards' bundles afterwards with `eu-audit merge` and audit the merged bundle
 #
 # Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
 set -uo pipefail
@@ -41,7 +43,8 @@ wait_for "$URL/eu-audit/v1/capabilities"
 start=$(date +%s)
 "$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --serve-control "$OUT/serve.control" \
   --suite "$SUITE" --n "$N" --seed 0 \
-  --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} > "$OUT/record.out" 2>&1
+  --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
+  > "$OUT/record.out" 2>&1
 rec=$?
 recorded=$(date +%s)
 "$BIN/eu-audit" audit "$OUT/bundle.jsonl" --json "$OUT/audit.json" --junit "$OUT/junit.xml" --force \
