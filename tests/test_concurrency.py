@@ -109,3 +109,39 @@ def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_r
         lone = routes(1)
         chat(lone, a, history("ann", 1))
         assert chat(lone, a, history("ann", 2))["choices"] == second["choices"]
+
+
+def test_serve_computes_on_one_thread_whichever_request_thread_asks(
+    tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ggml and torch use OpenMP: a second thread that computes gets a worker pool of its own, and on a
+    small machine the pools oversubscribe the cores (serve decoded 3x slower from its request threads).
+    So every forward pass serve runs happens on its one model thread."""
+    import json
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eu_audit.blackbox.serve import Backend, Call, RequestLog, create_app
+    from eu_audit.engines.hf import HFEngine
+
+    seen: set[int] = set()
+    run = HFEngine._run
+
+    def spy(self: HFEngine, ids: Any) -> Any:
+        seen.add(threading.get_ident())
+        return run(self, ids)
+
+    monkeypatch.setattr(HFEngine, "_run", spy)
+    backend = Backend(engine=HFEngine(tiny), model_name="tiny")
+    r = create_app(backend, RequestLog(None)).state.routes
+    body = json.dumps({"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+
+    def chat(lane: str) -> Any:
+        call = Call(deadline=time.monotonic() + 60, stopping=threading.Event(), lane=r.lane(lane))
+        return r._chat(body.encode(), call)
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(chat, ["a" * 32, "b" * 32, "c" * 32, "a" * 32]))
+    model_thread = backend.worker.submit(threading.get_ident).result()
+    assert all(a["choices"] for a in answers) and seen == {model_thread}

@@ -225,32 +225,3 @@ def test_what_llamacpp_cannot_do_is_refused_before_any_compute(tmp_path: Path) -
     assert proc.returncode == 2 and "needs an engine that can excise (engines: hf)" in proc.stderr
     header = json.loads(src.read_text().splitlines()[0])
     assert header["engine"] == "llamacpp" and header["model"]["dtype"] == "gguf"
-
-
-def test_every_llama_decode_runs_on_the_process_one_llamacpp_thread_whichever_thread_asks(
-    smol_gguf, monkeypatch
-):  # type: ignore[no-untyped-def]
-    """The wheel's ggml uses OpenMP: a second thread that decodes gets a spinning pool of its own, which
-    slows every decode about 3x on 2 cores (a server's worker threads did). So whichever thread asks
-    (the caller, a server's worker pool), the compute runs on one thread per process."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
-    from eu_audit.engines import llamacpp
-
-    seen: list[int] = []
-    here = LlamaCppEngine._decode_here
-
-    def spy(self, items, where):  # type: ignore[no-untyped-def]
-        seen.append(threading.get_ident())
-        return here(self, items, where)
-
-    monkeypatch.setattr(LlamaCppEngine, "_decode_here", spy)
-    e = LlamaCppEngine(smol_gguf)
-    segs = _segments(e.tokenizer)
-    e.prefill(segs[0])
-    with ThreadPoolExecutor(2) as pool:
-        turns = [pool.submit(_turn, e, 4).result() for _ in range(2)]
-        pool.submit(e.run_branches, [Branch(segments=(tuple(segs[2]),), max_tokens=3)], []).result()
-    assert turns[0] and len(seen) >= 4  # the prefill, each turn's decode and commit, the branch
-    assert set(seen) == {llamacpp._Lib.get()._thread_id} != {threading.get_ident()}

@@ -37,9 +37,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -180,7 +181,15 @@ class RequestLog:
 
 @dataclass
 class Backend:
-    """The model behind the server: a local engine (one request at a time) or an upstream endpoint."""
+    """The model behind the server: a local engine (one request at a time) or an upstream endpoint.
+
+    Every computation of a local model (the engine's load and forward passes, the MiniLM embeddings) runs
+    on **one thread** (``worker``), whichever request thread asks. The llama.cpp wheel's ggml and torch
+    use OpenMP, and each thread that starts a parallel region gets a worker pool of its own: once two
+    threads have computed, the pools oversubscribe the cores and every parallel region waits. Measured on
+    2 cores (SmolLM2, token-by-token decode): 145-190 tok/s from one thread, 40-60 tok/s once requests
+    ran on a server's several worker threads (``bench/serve_vs_llamacpp.py``). Thread identity does not
+    change the numbers computed."""
 
     engine: KVEngine | None = None
     upstream: str | None = None
@@ -191,6 +200,9 @@ class Backend:
     requests: int = 0
     busy: bool = False
     max_caches: int = 8  # KV caches kept, one per recently used lane (Limits.lane_caches)
+    worker: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="model")
+    )
     caches: OrderedDict[str, LaneCache] = field(default_factory=OrderedDict)  # lane -> cache, LRU first
 
     def __post_init__(self) -> None:
@@ -208,6 +220,17 @@ class Backend:
             self.vocab = len(tok)
 
     # -- the local engine ----------------------------------------------------------------------
+    def compute(self, fn: Callable[[], _T], deadline: float) -> _T:
+        """``fn()`` on the model thread, one at a time, waiting for the model no longer than ``deadline``."""
+        if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise Refused(503, "the model is busy with another request past this request's deadline")
+        try:
+            self.busy = True
+            return self.worker.submit(fn).result()
+        finally:
+            self.busy = False
+            self.lock.release()
+
     def cache_for(self, lane: str) -> LaneCache:
         """The lane's own KV cache, so a tenant's prefix stays cached while other tenants' requests run
         in between. The ``max_caches`` most recently used lanes keep one each (the first the engine
@@ -280,10 +303,8 @@ class Backend:
         if not segs or not any(segs):
             raise Refused(400, "empty prompt")
         segs = self._fit(segs)
-        if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise Refused(503, "the model is busy with another request past this request's deadline")
-        try:
-            self.busy = True
+
+        def turn() -> tuple[int, list[int]]:
             cache = self.cache_for(lane)
             cached = self._load(cache, segs)
             start = cache.engine.offset
@@ -291,9 +312,9 @@ class Backend:
                 max_tokens=max_tokens, stop_ids=self.stop_ids, sampling=sampling, stop_early=stop_early
             )
             cache.engine.crop(start)  # the turn becomes a segment when the client sends it back
-        finally:
-            self.busy = False
-            self.lock.release()
+            return cached, gen
+
+        cached, gen = self.compute(turn, deadline)
         ended = bool(gen) and gen[-1] in self.stop_ids
         body = [*gen, *(self.closing_after_stop if ended else self.closing)]
         return body, cached, sum(map(len, segs)), "stop" if ended else "length"
@@ -301,6 +322,9 @@ class Backend:
     def text_of(self, ids: Sequence[int]) -> str:
         assert self.engine is not None
         return str(self.engine.tokenizer.decode(list(ids), skip_special_tokens=True)).strip()
+
+
+_T = TypeVar("_T")
 
 
 def _usage(prompt: int, cached: int | None, completion: int) -> dict[str, Any]:
@@ -692,9 +716,10 @@ class Routes:
             return self._forward("/v1/embeddings", req, Sampling(), call)
         from eu_audit.audits.embed import embed
 
+        vectors = self.backend.compute(lambda: embed(texts), call.deadline)
         data = [
             {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
-            for i, v in enumerate(embed(texts))
+            for i, v in enumerate(vectors)
         ]
         return {"object": "list", "model": "all-MiniLM-L6-v2", "data": data, "usage": {"prompt_tokens": 0}}
 
@@ -778,8 +803,11 @@ def open_backend(model: str, engine: str, upstream: str | None) -> Backend:
         return Backend(upstream=upstream, model_name=name)
     from eu_audit.engines import open_engine
 
-    eng = open_engine(engine, model)
-    return Backend(engine=eng, model_name=eng.loaded.name, weight_digest=eng.loaded.weight_digest)
+    worker = ThreadPoolExecutor(1, thread_name_prefix="model")  # the model's one thread, from its load on
+    eng = worker.submit(open_engine, engine, model).result()
+    return Backend(
+        engine=eng, model_name=eng.loaded.name, weight_digest=eng.loaded.weight_digest, worker=worker
+    )
 
 
 def run_server(

@@ -25,15 +25,14 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from eu_audit.engines.base import ENGINES, Abilities, Branch, Sampling
+from eu_audit.engines.base import ENGINES, Abilities, Branch
 from eu_audit.engines.schedule import LocalEngine, generator, pick
 from eu_audit.errors import BadInput, CropUnsupported, RunFailed
 from eu_audit.runtime.models import LoadedModel, load_gguf_model
@@ -45,24 +44,13 @@ BRANCH_SEQS = 24  # sequences per context: seq 0 holds the state, the others bat
 GGML_TYPE_F16 = 1
 
 
-_T = TypeVar("_T")
-
-
 def _threads() -> int:
     return int(os.environ.get("EU_AUDIT_THREADS", 0)) or max(1, os.cpu_count() or 1)
 
 
 class _Lib:
     """The llama.cpp C API through the wheel's ctypes bindings, plus the calls the wheel leaves unbound
-    (bound here by hand from the fork's llama.h).
-
-    Every call that computes (model load, context creation, ``llama_decode``) runs on **one thread per
-    process** (``run``). The wheel's ggml is built with OpenMP, and each thread that starts a parallel
-    region gets a worker pool of its own that spins between regions: once a second thread has decoded,
-    the idle pool spins on the cores the busy one needs. Measured on 2 cores (SmolLM2, token-by-token
-    decode): 145-190 tok/s from the one thread that ever decodes, 40-60 tok/s from any thread once two
-    have (a server's worker threads, ``bench/serve_vs_llamacpp.py``); a passive wait policy makes every
-    thread slow (37 tok/s). Thread identity does not change the numbers computed."""
+    (bound here by hand from the fork's llama.h)."""
 
     _instance: _Lib | None = None
     _lock = threading.Lock()
@@ -108,16 +96,8 @@ class _Lib:
         lib.llama_log_set.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.llama_log_set(ctypes.cast(self._quiet, ctypes.c_void_p), None)
         self.lib = lib
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="llama.cpp")
-        self._thread_id = self._thread.submit(threading.get_ident).result()
-        self.run(capi.llama_backend_init)
+        capi.llama_backend_init()
         self.models: dict[str, int] = {}
-
-    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``fn(*args)`` on the process's llama.cpp thread (directly when already on it)."""
-        if threading.get_ident() == self._thread_id:
-            return fn(*args)
-        return self._thread.submit(fn, *args).result()
 
     @classmethod
     def get(cls) -> _Lib:
@@ -133,7 +113,7 @@ class _Lib:
             params = self.C.llama_model_default_params()
             params.n_gpu_layers = 0
             params.use_mmap = True
-            handle = self.run(self.C.llama_model_load_from_file, key.encode(), params)
+            handle = self.C.llama_model_load_from_file(key.encode(), params)
             if not handle:
                 raise RunFailed(f"llama.cpp could not load the model file {gguf}")
             self.models[key] = handle
@@ -183,7 +163,7 @@ class LlamaCppEngine(LocalEngine):
         params.n_threads = params.n_threads_batch = self.n_threads
         params.flash_attn = False  # the fork's flash attention asserts on some CPUs and shapes
         params.type_k = params.type_v = GGML_TYPE_F16
-        self._ctx = self._api.run(C.llama_init_from_model, self._model, params)
+        self._ctx = C.llama_init_from_model(self._model, params)
         if not self._ctx:
             raise RunFailed(f"llama.cpp could not create a context of {n_ctx} tokens for '{loaded.name}'")
         vocab = C.llama_model_get_vocab(self._model)
@@ -202,7 +182,7 @@ class LlamaCppEngine(LocalEngine):
         ctx = getattr(self, "_ctx", None)
         if ctx:
             try:  # noqa: SIM105  (plain try: at interpreter exit contextlib may already be gone)
-                self._api.run(self._api.C.llama_free, ctx)
+                self._api.C.llama_free(ctx)
             except Exception:
                 pass
             self._ctx = None
@@ -278,10 +258,7 @@ class LlamaCppEngine(LocalEngine):
 
     def _llama_decode(self, items: Sequence[tuple[int, int, int, bool]], where: str) -> list[np.ndarray]:
         """One ``llama_decode`` of (token, position, sequence, wants logits) items; returns the logits
-        asked for, in order. The caller accounts the forward pass. Runs on the llama.cpp thread."""
-        return self._api.run(self._decode_here, items, where)
-
-    def _decode_here(self, items: Sequence[tuple[int, int, int, bool]], where: str) -> list[np.ndarray]:
+        asked for, in order. The caller accounts the forward pass."""
         n = len(items)
         if n > self.n_ubatch:
             raise RunFailed(
@@ -307,33 +284,8 @@ class LlamaCppEngine(LocalEngine):
             if item[3]
         ]
 
-    def decode(
-        self,
-        *,
-        max_tokens: int,
-        stop_ids: Sequence[int],
-        sampling: Sampling,
-        prefix_ids: Sequence[int] = (),
-        stop_early: Callable[[Sequence[int]], bool] | None = None,
-    ) -> list[int]:
-        """The schedule's token-by-token decode, the whole loop on the llama.cpp thread (one hand-over
-        per turn, not per token)."""
-        return self._api.run(
-            lambda: LocalEngine.decode(
-                self,
-                max_tokens=max_tokens,
-                stop_ids=stop_ids,
-                sampling=sampling,
-                prefix_ids=prefix_ids,
-                stop_early=stop_early,
-            )
-        )
-
     # -- branches decoded together -------------------------------------------------------------
     def run_branches(self, branches: Sequence[Branch], stop_ids: Sequence[int]) -> list[list[int]]:
-        return self._api.run(self._run_branches, branches, stop_ids)
-
-    def _run_branches(self, branches: Sequence[Branch], stop_ids: Sequence[int]) -> list[list[int]]:
         """Continuations of the current state, each on its own sequence, decoded as one batch per step
         (one token of every unfinished branch per ``llama_decode``). Segments keep the canonical
         schedule: each is one forward pass on its branch's sequence, and a first segment that branches
