@@ -14,13 +14,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from eu_audit.audits.channels import KINDS
 from eu_audit.audits.metric import METRICS, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.errors import BadInput
 
 _RULE = re.compile(r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$")
-_CHANNEL_RULE = re.compile(
-    r"^\s*([\w-]+)(?:\.([\w-]+))?\.(prompt|store|tool)\.([\w-]+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$"
+_CHANNEL_RULE = re.compile(  # the channel kinds are eu_audit.audits.channels.KINDS
+    r"^\s*([\w-]+)(?:\.([\w-]+))?\.("
+    + "|".join(KINDS)
+    + r")\.([\w-]+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$"
 )
 
 
@@ -45,7 +48,7 @@ def parse_rule(text: str) -> Rule:
     if not m:
         raise BadInput(
             f"gate '{text}': expected METHOD[.SUITE].METRIC OP VALUE (e.g. b7.leak_probes<=floor) or "
-            "METHOD[.SUITE].CHANNEL.TIER OP N with CHANNEL one of prompt, store, tool "
+            f"METHOD[.SUITE].CHANNEL.TIER OP N with CHANNEL one of {', '.join(KINDS)} "
             "(e.g. agent.store.history==0)"
         )
     method, suite, metric, op, rhs = m.groups()

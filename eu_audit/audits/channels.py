@@ -26,6 +26,7 @@ from typing import Literal
 from eu_audit.audits.model import StateAudit
 
 Verdict = Literal["leaked", "suppressed", "erased", "unknown"]
+VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "unknown")  # the table's column order
 
 #: a gate's channel kind -> (the metric that says it was observed, the residue key of its tier counts)
 KINDS: dict[str, tuple[str, str]] = {
@@ -38,10 +39,6 @@ LABELS = {"prompt": "prompts after the forget", "store": "store dump", "tool": "
 EXAMPLES = {"prompt": "context_example", "store": "store_example", "tool": ""}
 #: the output channels: what the agent said after the forget, by the metric that measures it
 SAID = {"answers to probes": "leak_probes", "sampled answers": "leak_any"}
-
-
-def is_channel(kind: str) -> bool:
-    return kind in KINDS
 
 
 def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
@@ -70,9 +67,7 @@ class Channel:
     """One channel over a method's sessions: how many sessions gave each verdict, and one quoted place."""
 
     name: str
-    counts: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(("leaked", "suppressed", "erased", "unknown"), 0)
-    )
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(VERDICTS, 0))
     why_unknown: str = ""
     example: str = ""
 
@@ -135,7 +130,7 @@ def channel_rows(states: Iterable[StateAudit]) -> list[list[str]]:
             [
                 c.name,
                 c.headline,
-                *(str(c.counts[v]) for v in ("leaked", "suppressed", "erased", "unknown")),
+                *(str(c.counts[v]) for v in VERDICTS),
                 where,
             ]
         )
