@@ -86,9 +86,11 @@ def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_r
     from eu_audit.blackbox.serve_api import Limits
     from eu_audit.engines.hf import HFEngine
 
+    backends: list[Backend] = []
+
     def routes(caches: int) -> Routes:
-        backend = Backend(engine=HFEngine(tiny), model_name="tiny")
-        return create_app(backend, RequestLog(None), limits=Limits(lane_caches=caches)).state.routes
+        backends.append(Backend(engine=HFEngine(tiny), model_name="tiny"))
+        return create_app(backends[-1], RequestLog(None), limits=Limits(lane_caches=caches)).state.routes
 
     def chat(r: Routes, lane: str, messages: list[dict[str, str]]) -> dict[str, Any]:
         call = Call(deadline=time.monotonic() + 60, stopping=threading.Event(), lane=r.lane(lane))
@@ -109,6 +111,8 @@ def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_r
         lone = routes(1)
         chat(lone, a, history("ann", 1))
         assert chat(lone, a, history("ann", 2))["choices"] == second["choices"]
+    for backend in backends:
+        backend.close()
 
 
 def test_serve_computes_on_one_thread_whichever_request_thread_asks(
@@ -144,4 +148,5 @@ def test_serve_computes_on_one_thread_whichever_request_thread_asks(
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(chat, ["a" * 32, "b" * 32, "c" * 32, "a" * 32]))
     model_thread = backend.worker.submit(threading.get_ident).result()
+    backend.close()
     assert all(a["choices"] for a in answers) and seen == {model_thread}

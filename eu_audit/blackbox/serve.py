@@ -219,6 +219,11 @@ class Backend:
             self.n_ctx = self.engine.context_size
             self.vocab = len(tok)
 
+    def close(self) -> None:
+        """End the model thread. Its OpenMP pools end with it: a process that goes on computing on
+        another thread (a test run, a notebook) would otherwise share its cores with idle pools."""
+        self.worker.shutdown(wait=True)
+
     # -- the local engine ----------------------------------------------------------------------
     def compute(self, fn: Callable[[], _T], deadline: float) -> _T:
         """``fn()`` on the model thread, one at a time, waiting for the model no longer than ``deadline``."""
