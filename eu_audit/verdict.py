@@ -274,8 +274,8 @@ def value_of(state: StateAudit, name: str) -> float | None:
 
 def unmeasured_reason(state: StateAudit, name: str) -> str:
     if "." in name:
-        kind = name.split(".", 1)[0]
-        return channel_unmeasured(state, kind) if channel_value(state, kind, "") is None else ""
+        kind, tier = name.split(".", 1)
+        return channel_unmeasured(state, kind, tier) if channel_value(state, kind, tier) is None else ""
     return state.unmeasured.get(name, "")
 
 

@@ -184,6 +184,52 @@ def hiding() -> HidingAgent:
     return HidingAgent()
 
 
+class JournalAgent(NotebookAgent):
+    """Persists each note to a journal (its "disk") and serves from the notes it loaded (its memory). Its
+    forget removes the target's notes from memory; with ``rewrite`` it rewrites the journal too, without
+    it the journal keeps them and a ``restart``, which reloads memory from the journal, brings z back.
+    Session ids survive the restart, as the contract asks."""
+
+    def __init__(self, rewrite: bool) -> None:
+        super().__init__(thorough=True)
+        self.rewrite = rewrite
+        self.journal: dict[str, list[str]] = {}
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(name="journal", memory_inject=True, store_dump=True, restart=True)
+
+    def send(self, session_id: str, message: Message) -> Turn:
+        self.journal.setdefault(self.tenant_of[session_id], []).append(message.content)
+        return super().send(session_id, message)
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
+        self.journal.setdefault(tenant, []).append(record.text)
+        return super().inject_memory(tenant, record)
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        receipt = super().forget(tenant, request)
+        if self.rewrite:
+            self.journal[tenant] = list(self.notes[tenant])
+        return receipt
+
+    def reset(self, tenant: str) -> None:
+        super().reset(tenant)
+        self.journal[tenant] = []
+
+    def restart(self, tenant: str) -> None:
+        self.notes[tenant] = list(self.journal.get(tenant, []))
+
+
+def write_behind() -> JournalAgent:
+    """Its forget passes at once and comes back after a restart."""
+    return JournalAgent(rewrite=False)
+
+
+def durable() -> JournalAgent:
+    """Its forget reaches what it persisted: it stays done after a restart."""
+    return JournalAgent(rewrite=True)
+
+
 def naive() -> NotebookAgent:
     return NotebookAgent(thorough=False)
 

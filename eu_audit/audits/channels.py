@@ -28,15 +28,22 @@ from eu_audit.audits.model import StateAudit
 Verdict = Literal["leaked", "suppressed", "erased", "unknown"]
 VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "unknown")  # the table's column order
 
-#: a gate's channel kind -> (the metric that says it was observed, the residue key of its tier counts)
+#: a gate's channel kind -> (the metric that says it was observed, the residue key of its tier counts);
+#: ``after``'s tiers are the recheck events (``eu_audit.blackbox.recheck``), observed when they ran
 KINDS: dict[str, tuple[str, str]] = {
     "prompt": ("residue_context", "context_tiers"),
     "store": ("residue_store", "store_tiers"),
     "tool": ("leak_action", ""),
+    "after": ("", "after"),
 }
 #: a channel kind's row over all its tiers, and the residue key of its quoted example
-LABELS = {"prompt": "prompts after the forget", "store": "store dump", "tool": "tool arguments"}
-EXAMPLES = {"prompt": "context_example", "store": "store_example", "tool": ""}
+LABELS = {
+    "prompt": "prompts after the forget",
+    "store": "store dump",
+    "tool": "tool arguments",
+    "after": "after the rechecks",
+}
+EXAMPLES = {"prompt": "context_example", "store": "store_example", "tool": "", "after": ""}
 #: the output channels: what the agent said after the forget, by the metric that measures it
 SAID = {"answers to probes": "leak_probes", "sampled answers": "leak_any"}
 
@@ -45,6 +52,9 @@ def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
     """How many items (prompts, store rows, tool calls) of ``kind.tier`` held z in this state; None when
     the channel was not observed (the reason is ``channel_unmeasured``)."""
     observed, key = KINDS[kind]
+    if kind == "after":  # prompts, answers and store items holding z after that event
+        got = state.residue.get(key, {}).get(tier)
+        return None if got is None or "skipped" in got else float(got["held"])
     if state.values.get(observed) is None:
         return None
     if kind == "tool":
@@ -52,9 +62,24 @@ def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
     return float(state.residue.get(key, {}).get(tier, 0))
 
 
-def channel_unmeasured(state: StateAudit, kind: str) -> str:
-    observed, _ = KINDS[kind]
+def channel_unmeasured(state: StateAudit, kind: str, tier: str = "") -> str:
+    observed, key = KINDS[kind]
+    if kind == "after":
+        got = state.residue.get(key, {}).get(tier)
+        if got is None:
+            return f"no recheck '{tier}' ran (record --agent --recheck {tier or 'EVENT'})"
+        return str(got.get("skipped", ""))
     return state.unmeasured.get(observed, f"{observed} not measured")
+
+
+def _after(s: StateAudit, tier: str, leaked: bool) -> tuple[Verdict, str, str]:
+    """One session's verdict on a recheck event: (verdict, why unknown, quoted place)."""
+    if channel_value(s, "after", tier) is None:
+        return "unknown", channel_unmeasured(s, "after", tier), ""
+    got = s.residue["after"][tier]
+    if not got["held"]:
+        return "erased", "", ""
+    return ("leaked" if got["said"] or leaked else "suppressed"), "", str(got["example"])
 
 
 def _leaked_out(state: StateAudit) -> bool:
@@ -97,6 +122,7 @@ def channels(states: Sequence[StateAudit]) -> list[Channel]:
         kind: sorted({t for s in states for t in (s.residue.get(key, {}) if key else s.action_sinks)})
         for kind, (_, key) in KINDS.items()
     }
+    tiers["after"] = list(dict.fromkeys(t for s in states for t in s.residue.get("after", {})))  # run order
     for s in states:
         leaked = _leaked_out(s)
         for name, metric in SAID.items():
@@ -107,6 +133,15 @@ def channels(states: Sequence[StateAudit]) -> list[Channel]:
                 at(name).add("leaked" if value > 0 else "erased")
         for kind, (observed, _) in KINDS.items():
             label = LABELS[kind]
+            if kind == "after":  # rows only for a run with rechecks; the label row: the worst event
+                verdicts = [(t, *_after(s, t, leaked)) for t in tiers[kind]]
+                for t, verdict, why, example in verdicts:
+                    at(f"after.{t}").add(verdict, why, example)
+                if verdicts:
+                    rank = {v: i for i, v in enumerate(("leaked", "suppressed", "unknown", "erased"))}
+                    _, verdict, why, example = min(verdicts, key=lambda v: rank[v[1]])
+                    at(label).add(verdict, why, example)
+                continue
             if s.values.get(observed) is None:
                 at(label).add("unknown", channel_unmeasured(s, kind))
                 continue

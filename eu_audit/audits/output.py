@@ -279,6 +279,34 @@ def residue_lines(report: AuditReport) -> list[str]:
             example = next(s.residue["store_example"] for s in states if s.residue.get("store_example"))
             where = ", ".join(f"{k} ({v} items)" for k, v in sorted(store.items(), key=lambda kv: -kv[1]))
             lines.append(f"{method}: its store dump still holds z in: {where}; e.g. {example!r}")
+        lines += recheck_lines(method, states)
+    return lines
+
+
+def recheck_lines(method: str, states: list[StateAudit]) -> list[str]:
+    """After which recheck event (``record --agent --recheck``) z was held again, in how many sessions,
+    where, with one quoted place; events that could not run, with why."""
+    lines = []
+    events = list(dict.fromkeys(e for s in states for e in s.residue.get("after", {})))
+    for event in events:
+        got = [s.residue["after"][event] for s in states if event in s.residue.get("after", {})]
+        skipped = [g["skipped"] for g in got if "skipped" in g]
+        if skipped:
+            lines.append(f"{method}: after {event}: not measured in {len(skipped)} sessions ({skipped[0]})")
+        ran = [g for g in got if "skipped" not in g]
+        held = [g for g in ran if g["held"]]
+        if not ran:
+            continue
+        if not held:
+            lines.append(
+                f"{method}: after {event}: z in none of {len(ran)} sessions (prompts, answers, dump)"
+            )
+            continue
+        where = sorted({w for g in held for w in ("prompts", "answers", "store") if g.get(w)})
+        lines.append(
+            f"{method}: after {event}: z came back in {len(held)} of {len(ran)} sessions "
+            f"({', '.join(where)}); e.g. {held[0]['example']!r}"
+        )
     return lines
 
 

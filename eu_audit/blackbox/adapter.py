@@ -95,6 +95,8 @@ class AgentUnderTest(Protocol):
 
     def dump(self, tenant: str) -> StoreDump: ...
 
+    def restart(self, tenant: str) -> None: ...
+
 
 class AgentUnreachable(BadInput):
     """Nothing answers at the agent's address, or it lacks a required endpoint (exit 2)."""
@@ -197,6 +199,9 @@ class HttpAgent:
         dump: StoreDump = self._op("dump", tenant)
         return dump
 
+    def restart(self, tenant: str) -> None:
+        self._op("restart", tenant)
+
 
 class InProcessAgent:
     """An agent object in the harness's process, held to the same bounds as an HTTP one: each call runs
@@ -267,6 +272,9 @@ class InProcessAgent:
 
     def dump(self, tenant: str) -> StoreDump:
         return self._run("dump", tenant)
+
+    def restart(self, tenant: str) -> None:
+        self._run("restart", tenant)
 
 
 #: adapter kind -> factory from the part after ``kind:`` (or the whole URL for http / https)

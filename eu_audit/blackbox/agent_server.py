@@ -77,6 +77,10 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
     def dump(tenant: str) -> StoreDump:
         return optional("dump", tenant)
 
+    def restart(tenant: str) -> Ok:
+        optional("restart", tenant)
+        return Ok()
+
     handlers: dict[str, Callable[..., Any]] = {
         "capabilities": capabilities,
         "start": start,
@@ -87,6 +91,7 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         "forget": forget,
         "reset": reset,
         "dump": dump,
+        "restart": restart,
     }
     assert set(handlers) == set(BY_OP), "every endpoint of the contract has one handler"
     for e in ENDPOINTS:  # paths, verbs and answers from the contract's one table

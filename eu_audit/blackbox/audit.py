@@ -10,6 +10,7 @@ from eu_audit.audits.metrics import picked
 from eu_audit.audits.model import ProbeOutcome, StateAudit
 from eu_audit.audits.scoring import Evidence, score
 from eu_audit.blackbox.facts import AgentRunFacts
+from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import Bundle, SessionTrace
 
 
@@ -34,7 +35,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             st.choices.append(picked(e.answer, choice.choices or []) if choice else None)
     art = artifact_leak(trace, ep.tau, m)
     st.action_sinks = {k: len(v) for k, v in art.action.items()}
-    residue = trace.residues[0] if trace.residues else None
+    residue = combined(trace.residues)
     score(st, Evidence("black", trace, m, art, st.probes, st.samples, st.choices, residue))
     if residue is not None:
         st.residue = {
@@ -43,7 +44,62 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             "store_tiers": residue.store_tiers,
             "store_example": residue.store_example,
         }
+        if len(trace.residues) > 1:
+            st.residue["after"] = {r.after: recheck_summary(r) for r in trace.residues[1:]}
     return st
+
+
+def combined(records: list[ResidueRecord]) -> ResidueRecord | None:
+    """One residue over the first check and every recheck (``--recheck``): z found after any event counts
+    as z found, so a forget that comes back fails ``residue_context`` and ``residue_store``. Tiers say
+    where; the first record's examples come first."""
+    if not records:
+        return None
+    first, ran = records[0], [r for r in records if not r.skipped]
+
+    def total(name: str) -> int | None:
+        known = [getattr(r, name) for r in ran if getattr(r, name) is not None]
+        return sum(known) if known and getattr(first, name) is not None else getattr(first, name)
+
+    ctx_tiers: dict[str, int] = {}
+    store_tiers: dict[str, int] = {}
+    for r in ran:
+        for tier, n in r.context_tiers.items():
+            ctx_tiers[tier] = ctx_tiers.get(tier, 0) + n
+        for tier, n in r.store_tiers.items():  # a dump is a snapshot: the most any one held
+            store_tiers[tier] = max(store_tiers.get(tier, 0), n)
+    stored = [r.store_items_with_z for r in ran if r.store_items_with_z is not None]
+    return first.model_copy(
+        update={
+            "context_calls": total("context_calls"),
+            "context_calls_with_z": total("context_calls_with_z"),
+            "context_tiers": ctx_tiers,
+            "context_example": next((r.context_example for r in ran if r.context_example), ""),
+            "store_items_with_z": max(stored) if stored and first.store_items is not None else None,
+            "store_tiers": store_tiers,
+            "store_example": next((r.store_example for r in ran if r.store_example), ""),
+        }
+    )
+
+
+def recheck_summary(r: ResidueRecord) -> dict[str, object]:
+    """What one recheck found, for the audit JSON and the channel ``after.<event>``: items holding z in
+    the event's prompts, answers and dump (None: not observed), one quoted place, or why it did not run."""
+    if r.skipped:
+        return {"skipped": r.skipped}
+    answer = f"[answer] {r.reply_example}" if r.reply_example else ""
+    found = {
+        "prompts": r.context_calls_with_z,
+        "answers": r.replies_with_z,
+        "store": r.store_items_with_z,
+    }
+    return {
+        **found,
+        "of": {"prompts": r.context_calls, "answers": r.replies, "store": r.store_items},
+        "held": sum(v for v in found.values() if v is not None),
+        "said": bool(r.replies_with_z),
+        "example": next((e for e in (answer, r.context_example, r.store_example) if e), ""),
+    }
 
 
 def agent_states(bundle: Bundle) -> tuple[list[StateAudit], int, float]:

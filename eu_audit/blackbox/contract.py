@@ -15,6 +15,7 @@ An agent serves, on its own base URL:
 | ``POST /eu-audit/v1/tenants/{tenant}/forget`` | ``ForgetRequest`` | ``ForgetReceipt`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/reset`` |  | ``Ok`` |
 | ``GET /eu-audit/v1/tenants/{tenant}/dump`` (optional: ``store_dump``) |  | ``StoreDump`` |
+| ``POST /eu-audit/v1/tenants/{tenant}/restart`` (optional: ``restart``) |  | ``Ok`` |
 
 Path ids are percent-encoded, one segment each (the harness names tenants with letters, digits and
 ``-``; an agent that lets a session id hold ``/`` must match it whole, as ``eu-audit agent`` does).
@@ -47,6 +48,11 @@ What each call means (what a stranger would otherwise have to guess):
   the flagged observation. ``unsupported`` or ``error`` fails the run; ``partial`` is recorded as said.
 - ``dump(tenant)``: every place the agent keeps text for the tenant, one item per row or record, named by
   store (memory rows, history or audit tables, summaries, checkpoints, vector payloads, graph nodes).
+- ``restart(tenant)``: what a process restart does to the tenant: drop everything held in memory for it
+  (clients, caches, open sessions, in-memory indexes) and load it back from what the agent persisted, as a
+  fresh process would. Session ids stay valid (the session is loaded back by its id). Only an agent
+  that persists its sessions should claim it; ``record --agent --recheck restart`` then asks whether a
+  forget survives the restart (a write-behind cache, a journal or a late writer can bring z back).
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ class Capabilities(_Model):
     #: the agent sends a tenant's model calls to the ``model_base_url`` its sessions are started with
     #: (what lets the harness drive tenants at the same time: ``record --agent --concurrency N``)
     tenant_model_url: bool = False
+    restart: bool = False  # the agent reloads a tenant from what it persisted, as a new process would
 
 
 class ToolSpec(_Model):
@@ -186,6 +193,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("forget", "POST", "/tenants/{tenant}/forget", ForgetRequest, ForgetReceipt),
     Endpoint("reset", "POST", "/tenants/{tenant}/reset", None, Ok),
     Endpoint("dump", "GET", "/tenants/{tenant}/dump", None, StoreDump, "store_dump"),
+    Endpoint("restart", "POST", "/tenants/{tenant}/restart", None, Ok, "restart"),
 )
 BY_OP = {e.op: e for e in ENDPOINTS}
 REQUIRED_OPS = tuple(e.op for e in ENDPOINTS if e.required)

@@ -46,13 +46,15 @@ from eu_audit.blackbox.contract import (
     Turn,
 )
 from eu_audit.blackbox.facts import AgentRunFacts
-from eu_audit.blackbox.residue import context_residue, store_residue
+from eu_audit.blackbox.recheck import lacking, recheck, tool_refusal
+from eu_audit.blackbox.residue import context_residue, snippet, store_residue
 from eu_audit.blackbox.serve_api import CONTROL_HEADER, DEFAULT_CONTROL_FILE, key_id, read_control_file
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step, StepKind
 from eu_audit.errors import BadInput, EuAuditError, RunFailed
 from eu_audit.http import HttpFailure, request_json
+from eu_audit.matching import TargetMatcher
 from eu_audit.record import ProgressCounter, pick_episodes
 from eu_audit.runtime.agent import INSTRUCTIONS
 from eu_audit.runtime.memory import Outbox
@@ -67,6 +69,7 @@ from eu_audit.trace.records import (
     ElicitationRecord,
     Header,
     ModelInfo,
+    ResidueRecord,
     SessionRecord,
     SkippedStep,
     TargetInfo,
@@ -98,6 +101,8 @@ class AgentRecordOptions:
     shard: Shard | None = None  # drive only this shard's sessions (ids stay run-wide)
     bounds: Bounds = field(default_factory=Bounds)
     concurrency: int = 1  # tenants driven at the same time, each on its own lane of serve
+    #: events after the forget, each followed by the checks again (``recheck.parse_rechecks``)
+    recheck: tuple[str, ...] = ()
 
 
 class ServeControl:
@@ -397,6 +402,57 @@ class Driver:
             )
 
     # -- after the stream ----------------------------------------------------------------------
+    def say(self, what: str, text: str) -> list[str]:
+        """One user turn of a recheck (``recheck.Target``): the answers, with any tool call's arguments;
+        a tool call is answered with a refusal, never run."""
+        where = f"episode {self.ep.id}, {self.sid}, recheck {what}"
+        turn = self.call(where, lambda: self.agent.send(self.session, Message(role="user", content=text)))
+        answers = [turn.text]
+        for _ in range(self.opts.max_tool_rounds):
+            if not turn.actions:
+                break
+            answers += [json.dumps(a.arguments) for a in turn.actions]
+            for a in turn.actions:
+                msg = Message(role="tool", content=tool_refusal(what), tool_call_id=a.id, name=a.name)
+                turn = self.call(where, lambda m=msg: self.agent.send(self.session, m))  # type: ignore[misc]
+            answers.append(turn.text)
+        return answers
+
+    def rechecks(self, method: str, matcher: TargetMatcher) -> list[ResidueRecord]:
+        """The events of ``--recheck`` in order, each followed by the checks: one residue record each
+        (the serve-log side is filled in with the others', ``residue.context_residue``)."""
+        out = []
+        for name in self.opts.recheck:
+            why = lacking(name, self.caps)
+            if why:
+                out.append(ResidueRecord(session_id=self.sid, after=name, skipped=why))
+                continue
+            self.serve.mark(session=self.sid, method=method, tenant=self.tenant, phase="recheck", event=name)
+            try:
+                answers = recheck(name)[0].run(self, name)
+            finally:
+                self.serve.unmark()
+            dump = (
+                self.call(f"episode {self.ep.id}, {self.sid}, recheck {name}, dump", self._dump)
+                if self.caps.store_dump
+                else None
+            )
+            holding = [a for a in answers if matcher.found_in(a)]
+            out.append(
+                store_residue(self.sid, dump, matcher).model_copy(
+                    update={
+                        "after": name,
+                        "replies": len(answers),
+                        "replies_with_z": len(holding),
+                        "reply_example": snippet(holding[0], matcher) if holding else "",
+                    }
+                )
+            )
+        return out
+
+    def _dump(self) -> Any:
+        return self.agent.dump(self.tenant)
+
     def probe_session(self, what: str) -> tuple[str, Literal["fork", "fresh session"]]:
         if self.caps.fork:
             return self.call(what, lambda: self.agent.fork(self.session)), "fork"
@@ -544,6 +600,8 @@ def run_tenant(
     trace.elicitations = elicitations
     trace.agent_forgets = forgets
     trace.residues = [store_residue(d.sid, dump, trace.matcher())]
+    if method == "agent":  # forgets that come back: the reference never held z, nothing to recheck
+        trace.residues += d.rechecks(method, trace.matcher())
     return trace, d.tx.skipped
 
 
@@ -692,9 +750,10 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         raise
     outbox.close()
     for trace in sessions:
-        trace.residues[0] = context_residue(
-            trace.residues[0], entries, trace, digest, serve.url is not None, serve.key, run
-        )
+        trace.residues = [
+            context_residue(r, entries, trace, digest, serve.url is not None, serve.key, run)
+            for r in trace.residues
+        ]
     if progress:
         progress("written", 2 * len(chosen), 2 * len(chosen))
     header = _header(opts, info, caps, digest, serve.key)

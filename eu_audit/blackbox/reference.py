@@ -294,6 +294,11 @@ class ReferenceAgent:
             for rid, _, _ in self.memory.records(tenant):
                 self.memory.delete(tenant, rid)
 
+    def restart(self, tenant: str) -> None:
+        """Not offered: its sessions (blocks, checkpoints, KV state) live in this process only, so a real
+        restart would lose them rather than load them back (``capabilities().restart`` is false)."""
+        raise NotImplementedError("restart")
+
     def dump(self, tenant: str) -> StoreDump:
         """The tenant's persistent memory and every session's context (what the agent keeps)."""
         with self._tenant(tenant):

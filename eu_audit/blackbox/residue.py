@@ -29,7 +29,7 @@ TIERS = {
 }
 
 
-def _snippet(text: str, matcher: TargetMatcher, width: int = 90) -> str:
+def snippet(text: str, matcher: TargetMatcher, width: int = 90) -> str:
     spans = matcher.spans(text)
     if not spans:
         return text[: 2 * width]
@@ -77,14 +77,22 @@ def context_residue(
     of run ``run`` (another run on the same serve reuses the session ids, never the run id)."""
     if not have_log:
         return record
+    if record.skipped:
+        return record
     matcher = trace.matcher()
+
+    def counted(mark: dict[str, Any]) -> bool:  # a recheck's record counts that event's calls only
+        if record.after:
+            return mark.get("phase") == "recheck" and mark.get("event") == record.after
+        return mark.get("phase") in AFTER
+
     mine = [
         e
         for e in entries
         if (e.get("mark") or {}).get("key") == key
         and str((e.get("mark") or {}).get("tenant", "")).startswith(f"{run}-")
         and (e.get("mark") or {}).get("session") == trace.session_id
-        and (e.get("mark") or {}).get("phase") in AFTER
+        and counted(e.get("mark") or {})
     ]
     calls = [
         e for e in mine if e.get("endpoint") in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
@@ -98,7 +106,7 @@ def context_residue(
             if matcher.found_in(text):
                 tiers[tier] = tiers.get(tier, 0) + 1
                 hit = True
-                example = example or f"[{tier}] {_snippet(text, matcher)}"
+                example = example or f"[{tier}] {snippet(text, matcher)}"
         with_z += hit
     return record.model_copy(
         update={
@@ -118,7 +126,7 @@ def store_residue(session_id: str, dump: StoreDump | None, matcher: TargetMatche
     stores: dict[str, int] = {}
     for item in holding:
         stores[item.store] = stores.get(item.store, 0) + 1
-    example = f"[{holding[0].store}] {_snippet(holding[0].text, matcher)}" if holding else ""
+    example = f"[{holding[0].store}] {snippet(holding[0].text, matcher)}" if holding else ""
     return ResidueRecord(
         session_id=session_id,
         store_items=len(dump.items),

@@ -29,7 +29,7 @@ from eu_audit.errors import BadInput
 CONTROL_HEADER = "X-EU-Audit-Control"
 #: where serve writes its control secret unless told otherwise, and where the harness looks for it
 DEFAULT_CONTROL_FILE = "eu-audit-serve.control"
-Phase = Literal["stream", "forget", "future", "probe", "sample", "choice"]
+Phase = Literal["stream", "forget", "future", "probe", "sample", "choice", "recheck"]
 
 
 def new_secret() -> str:
@@ -93,6 +93,7 @@ class Mark(_Strict):
     method: str = Field("", max_length=50)
     tenant: str = Field("", max_length=200)
     phase: Phase
+    event: str = Field("", max_length=50)  # phase "recheck": which event (``eu_audit.blackbox.recheck``)
 
 
 #: a lane: one tenant's own door to the model (``/lanes/{lane}/v1/...``), so tenants driven at the same

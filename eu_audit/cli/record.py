@@ -129,6 +129,17 @@ RecordHint = Annotated[
     ),
 ]
 
+RecordRecheck = Annotated[
+    str | None,
+    typer.Option(
+        help="With --agent: events after the forget, in order, each followed by the checks again "
+        "(prompts, answers, store dump), so a forget that comes back fails: restart (the agent's "
+        "`restart`: it reloads the tenant from what it persisted), compact (its own compaction), turns-N "
+        "(N turns of unrelated conversation). E.g. --recheck restart,compact,turns-3. An event the agent "
+        "lacks is reported as not measured.",
+    ),
+]
+
 
 @app.command()
 def record(
@@ -155,6 +166,7 @@ def record(
     max_bundle_mb: RecordMaxBundleMb = 512.0,
     keep_state: RecordKeepState = False,
     hint: RecordHint = False,
+    recheck: RecordRecheck = None,
     force: Force = False,
     shard: ShardOption = None,
 ) -> None:
@@ -171,6 +183,8 @@ def record(
     from eu_audit.record import RecordOptions
     from eu_audit.record import record as run_record
 
+    if recheck is not None and agent is None:
+        raise BadInput("--recheck: only with --agent (a white-box run's state is replayed, not rechecked)")
     if agent is not None:
         ignored = {
             "--model": model != DEFAULT_MODEL,
@@ -189,6 +203,7 @@ def record(
                 "--model and --engine choose what it talks to)"
             )
         from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
+        from eu_audit.blackbox.recheck import parse_rechecks
 
         opts_bb = AgentRecordOptions(
             agent=agent,
@@ -203,6 +218,7 @@ def record(
             force=force,
             keep_state=keep_state,
             hint=hint,
+            recheck=parse_rechecks(recheck),
             concurrency=concurrency,
             shard=Shard.parse(shard) if shard else None,
             bounds=Bounds(
@@ -252,7 +268,9 @@ def _record_agent(opts: Any) -> None:
     with progress_bar() as report:
         bundle, path = record_agent(opts, progress=report)
     table = Table(title=Text(f"{path}  (agent {agent})"))
-    for col in ("session", "episode", "forget", "skipped steps", "z in prompts after", "z in store"):
+    cols = ["session", "episode", "forget", "skipped steps", "z in prompts after", "z in store"]
+    rechecks = opts.recheck
+    for col in [*cols, *(["z after rechecks"] if rechecks else [])]:
         table.add_column(col)
     for s in bundle.sessions:
         r = s.residues[0] if s.residues else None
@@ -264,12 +282,29 @@ def _record_agent(opts: Any) -> None:
         store = "no dump" if r is None or r.store_items is None else f"{r.store_items_with_z}/{r.store_items}"
         forget = s.agent_forgets[0].status if s.agent_forgets else "-"
         skipped = "; ".join(f"t{x.t} {x.kind}: {x.reason}" for x in s.session.skipped) or "-"
-        table.add_row(Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store)
+        row = [Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store]
+        if rechecks:
+            row.append(Text(recheck_cell(s.residues[1:]) if s.session.method == "agent" else "-"))
+        table.add_row(*row)
     out.print(table)
     if not serve:
         say(
             out, "without --serve: Leak@k, choices and residue_context are not measurable (the audit says so)"
         )
+
+
+def recheck_cell(records: list[Any]) -> str:
+    """``restart: 0; compact: 2 (store)``: per event, the items holding z and where, or why it was skipped."""
+    parts = []
+    for r in records:
+        if r.skipped:
+            parts.append(f"{r.after}: not run ({r.skipped})")
+            continue
+        where = [w for w, n in (("prompts", r.context_calls_with_z), ("answers", r.replies_with_z),
+                               ("store", r.store_items_with_z)) if n]  # fmt: skip
+        held = sum(n or 0 for n in (r.context_calls_with_z, r.replies_with_z, r.store_items_with_z))
+        parts.append(f"{r.after}: {held}" + (f" ({', '.join(where)})" if where else ""))
+    return "; ".join(parts)
 
 
 def mean_text(values: list[int | None]) -> str:

@@ -235,6 +235,13 @@ class ResidueRecord(_Record):
     store_tiers: dict[str, int] = Field(default_factory=dict)  # store name -> items holding z
     store_example: str = ""
     serve_log_digest: str = ""  # sha256 of the serve log when these were read
+    #: "" right after the forget; else the recheck event this record was taken after (``restart``,
+    #: ``compact``, ``turns-N``: ``eu_audit.blackbox.recheck``), in the order the events ran
+    after: str = ""
+    skipped: str = ""  # why that event could not run (the agent lacks it): its figures are unknown
+    replies: int | None = None  # the agent's answers during the event's turns, and those holding z
+    replies_with_z: int | None = None
+    reply_example: str = ""
 
 
 class AgentForgetRecord(_Record):

@@ -1,0 +1,140 @@
+"""Forgets that come back: events a deployed agent meets after its forget, each followed by the same
+checks as the forget itself.
+
+A forget can pass at once and fail later: a write-behind cache or a journal that a restart loads back, a
+compaction that re-summarises rows the forget left in a history table, a memory extractor that re-adds a
+fact from the transcript a few turns on. ``record --agent --recheck restart,compact,turns-3`` runs the
+events in that order on the agent's tenant, after its probes and its first dump, and after each one
+checks again:
+
+- the prompts its model received during the event (serve's log, marked ``recheck:<event>``),
+- what it answered in the event's turns,
+- its store dump.
+
+Each event gives the session one more residue record (``ResidueRecord.after``). The residue rules
+(``residue_context``, ``residue_store``) count every record, so z coming back fails them; the channel
+``after.<event>`` names the event (``agent.after.restart==0``). An event the agent lacks (``restart``
+without the capability) is recorded as skipped with the reason: its figures are unknown, never clean.
+
+Register another event with ``@RECHECKS.register("name")`` on a ``Recheck``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from eu_audit.blackbox.adapter import AgentUnderTest
+from eu_audit.blackbox.contract import Capabilities, Turn
+from eu_audit.errors import BadInput
+from eu_audit.registry import Registry
+
+#: unrelated user turns, the same for every agent and run: a recheck asks nothing about the target
+SMALL_TALK = (
+    "What is a good way to start a quiet Sunday morning?",
+    "Give me one tip for keeping a houseplant alive.",
+    "Suggest a name for a small grey cat.",
+    "How long should I boil an egg for a soft yolk?",
+    "What is a simple stretch to do after sitting all day?",
+    "Recommend a board game for four people.",
+)
+_TURNS = re.compile(r"^turns-(\d+)$")
+MAX_TURNS = 50
+
+
+class Target(Protocol):
+    """What an event needs of the driven tenant (``drive.Driver`` is one)."""
+
+    agent: AgentUnderTest
+    caps: Capabilities
+    tenant: str
+    session: str  # the tenant's session the episode ran in
+
+    def call(self, what: str, fn: Callable[[], Any]) -> Any: ...
+
+    def say(self, what: str, text: str) -> list[str]:
+        """Send one user turn to the tenant's session; its answers (tool calls answered, never run)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """One event: what it needs of the agent (a ``Capabilities`` flag, or None) and how it runs."""
+
+    needs: str | None
+    run: Callable[[Target, str], list[str]]  # (tenant, the event's name) -> the answers it drew
+    doc: str
+
+
+RECHECKS: Registry[Recheck] = Registry("rechecks")
+
+
+def _restart(target: Target, name: str) -> list[str]:
+    target.call(f"recheck {name}", lambda: target.agent.restart(target.tenant))
+    return target.say(name, SMALL_TALK[0])  # a turn after it: what the restarted agent reads
+
+
+def _compact(target: Target, name: str) -> list[str]:
+    turn: Turn = target.call(f"recheck {name}", lambda: target.agent.compact(target.session))
+    return [turn.text, *target.say(name, SMALL_TALK[1])]
+
+
+RECHECKS.add(
+    "restart",
+    Recheck("restart", _restart, "the agent reloads the tenant from what it persisted, then one turn"),
+)
+RECHECKS.add("compact", Recheck("compact", _compact, "the agent's own compaction, then one turn"))
+
+
+def recheck(name: str) -> tuple[Recheck, int]:
+    """The event a name means, and its turn count for ``turns-N`` (else 0)."""
+    m = _TURNS.match(name)
+    if m:
+        n = int(m.group(1))
+        if not 1 <= n <= MAX_TURNS:
+            raise BadInput(f"--recheck {name}: N must be between 1 and {MAX_TURNS}")
+        return Recheck(None, _turns, f"{n} turns of unrelated conversation"), n
+    try:
+        return RECHECKS.get(name), 0
+    except BadInput:
+        known = ", ".join([*RECHECKS.names(), "turns-N"])
+        raise BadInput(f"--recheck {name}: unknown event (known: {known})") from None
+
+
+def _turns(target: Target, name: str) -> list[str]:
+    _, n = recheck(name)
+    out: list[str] = []
+    for i in range(n):
+        out += target.say(name, SMALL_TALK[i % len(SMALL_TALK)])
+    return out
+
+
+def parse_rechecks(text: str | None) -> tuple[str, ...]:
+    """``restart,compact,turns-3`` -> the event names in order, each checked (exit 2 before any model
+    runs). An event may appear once."""
+    if not text:
+        return ()
+    names = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+    for name in names:
+        recheck(name)
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise BadInput(f"--recheck: {', '.join(dup)} named twice (each event runs once, in order)")
+    return names
+
+
+def lacking(name: str, caps: Capabilities) -> str:
+    """Why the agent cannot take this event ('' when it can)."""
+    needs = recheck(name)[0].needs
+    if needs and not getattr(caps, needs, False):
+        return f"agent lacks {needs}"
+    return ""
+
+
+def tool_refusal(name: str) -> str:
+    """What a tool call made during a recheck is answered with: no tool runs there (nothing the audit
+    counts is done), and the agent hears why."""
+    return json.dumps({"error": f"tools are not available during the recheck '{name}'"})
