@@ -183,25 +183,18 @@ def record(
     from eu_audit.record import RecordOptions
     from eu_audit.record import record as run_record
 
-    if recheck is not None and agent is None:
-        raise BadInput("--recheck: only with --agent (a white-box run's state is replayed, not rechecked)")
+    white_box_only = {
+        "--model": model != DEFAULT_MODEL,
+        "--checkpoints": checkpoints is not None,
+        "--temperature": temperature != 0.0,
+        "--max-tokens": max_tokens != 48,
+        "--dtype": dtype != "float32",
+        "--kv-sidecar": kv_sidecar,
+        "--engine": engine != "auto",
+        "--server": server is not None,
+    }
+    _check_kind(agent, white_box_only, {"--recheck": recheck is not None})
     if agent is not None:
-        ignored = {
-            "--model": model != DEFAULT_MODEL,
-            "--checkpoints": checkpoints is not None,
-            "--temperature": temperature != 0.0,
-            "--max-tokens": max_tokens != 48,
-            "--dtype": dtype != "float32",
-            "--kv-sidecar": kv_sidecar,
-            "--engine": engine != "auto",
-            "--server": server is not None,
-        }
-        given = [name for name, on in ignored.items() if on]
-        if given:
-            raise BadInput(
-                f"{', '.join(given)}: not used with --agent (the agent picks its own model; serve's "
-                "--model and --engine choose what it talks to)"
-            )
         from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
         from eu_audit.blackbox.recheck import parse_rechecks
 
@@ -259,6 +252,23 @@ def record(
     say(out, f"memory store and outbox: {res.state_dir}")
     if res.sidecar:
         say(out, f"KV sidecar: {res.sidecar}")
+
+
+def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: dict[str, bool]) -> None:
+    """Options of the other kind of run are refused, not ignored (exit 2)."""
+    if agent is not None:
+        given = [name for name, on in white_box_only.items() if on]
+        if given:
+            raise BadInput(
+                f"{', '.join(given)}: not used with --agent (the agent picks its own model; serve's "
+                "--model and --engine choose what it talks to)"
+            )
+        return
+    given = [name for name, on in agent_only.items() if on]
+    if given:
+        raise BadInput(
+            f"{', '.join(given)}: only with --agent (a white-box run's state is replayed, not rechecked)"
+        )
 
 
 def _record_agent(opts: Any) -> None:
