@@ -91,7 +91,8 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
     name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Each reference agent sends a tenant's model calls (and mem0's embeddings) to the lane it was
-    started with: driven two tenants at a time, every call is attributed (a stray call fails the run)."""
+    started with: driven two tenants at a time, every call is attributed (a stray call fails the run).
+    Each restarts a tenant from what it persisted, and the rechecks after the forget run on it."""
     from eu_audit.runtime.models import TINY_MODEL
 
     folder = tmp_path_factory.mktemp("serve-tiny")
@@ -104,9 +105,18 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
         proc = run_cli(
             "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
             "--suite", "builtin", "--k", "1", "--concurrency", "2", "-o", str(tmp_path / "b.jsonl"),
+            "--recheck", "restart,compact,turns-1",
         )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     residues = [
         json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines() if '"type":"residue"' in x
     ]
-    assert len(residues) == 4 and all(r["context_calls"] for r in residues)
+    first = [r for r in residues if not r.get("after")]
+    assert len(first) == 4 and all(r["context_calls"] for r in first)
+    after = {(r["session_id"], r["after"]): r for r in residues if r.get("after")}
+    assert len(after) == 2 * 3  # three events on each agent tenant, none on the reference
+    for (sid, event), r in after.items():
+        if event == "compact" and r.get("skipped"):
+            assert r["skipped"] == "agent lacks compact", r
+            continue
+        assert r["store_items"] is not None and r["context_calls"], (sid, event, r)

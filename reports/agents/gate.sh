@@ -3,7 +3,8 @@
 #
 #   reports/agents/gate.sh AGENT FORGET SUITE N MODEL OUT
 #
-#   AGENT   mem0 | langgraph (examples/agents/AGENT/agent.py) | eu-audit (eu-audit agent, the control)
+#   AGENT   mem0 | langgraph | openai-agents | llamaindex | langmem (examples/agents/AGENT/agent.py) |
+#           eu-audit (eu-audit agent, the control)
 #   FORGET  the agent's forget: mem0 | store | none (B0) for the examples; b7 | b1 for eu-audit agent
 #   SUITE   builtin, bfcl-memory, ...   N  sessions per suite   MODEL  what eu-audit serve runs
 #   OUT     a folder: bundle, serve log, audit JSON, JUnit, the gate's output and exit code, timings
@@ -13,6 +14,8 @@
 #   HINT    (environment, optional) 1: send the forget the sanitized text too (record --hint)
 #   SHARD   (environment, optional) I/N: record only shard I of N of the sessions (record --shard); join
 #           the shards' bundles afterwards with `eu-audit merge` and audit the merged bundle
+#   RECHECK (environment, optional) events after the forget, e.g. restart,compact,turns-3 (record --recheck)
+#   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
 #
 # Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
 set -uo pipefail
@@ -35,7 +38,7 @@ rm -rf "$OUT/agent-data"
 case "$AGENT" in
   eu-audit) "$BIN/eu-audit" agent --serve "$SERVE" --forget "$FORGET" --port "$AGENT_PORT" > "$OUT/agent.out" 2>&1 & ;;
   *) OPENAI_BASE_URL="$SERVE/v1" "$BIN/python" "$ROOT/examples/agents/$AGENT/agent.py" --port "$AGENT_PORT" \
-       --data "$OUT/agent-data" --forget "$FORGET" > "$OUT/agent.out" 2>&1 & ;;
+       --data "$OUT/agent-data" --forget "$FORGET" ${AGENT_ARGS:-} > "$OUT/agent.out" 2>&1 & ;;
 esac
 pids+=($!)
 wait_for "$URL/eu-audit/v1/capabilities"
@@ -44,6 +47,7 @@ start=$(date +%s)
 "$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --serve-control "$OUT/serve.control" \
   --suite "$SUITE" --n "$N" --seed 0 \
   --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
+  ${RECHECK:+--recheck "$RECHECK"} \
   > "$OUT/record.out" 2>&1
 rec=$?
 recorded=$(date +%s)
@@ -58,6 +62,6 @@ if [ -n "${SIGNING_KEY:-}" ]; then
   echo "verify exit $?" >> "$OUT/verify.out"
 fi
 done_=$(date +%s)
-printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
-  "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
+printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "recheck": "%s", "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
+  "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "${RECHECK:-}" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
 cat "$OUT/run.json"

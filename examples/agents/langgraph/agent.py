@@ -101,6 +101,7 @@ class LangGraphAgent:
             sqlite3.connect(data / "store.sqlite", check_same_thread=False, isolation_level=None)
         )
         self.store.setup()
+        self.data = data
         self.graph = self._build()
         self.sessions: dict[str, dict[str, Any]] = {}  # thread id -> tenant, tools
         self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
@@ -119,6 +120,19 @@ class LangGraphAgent:
             if base not in self.clients:
                 self.clients[base] = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
             return self.clients[base]
+
+    def sessions_file(self, tenant: str) -> Path:
+        return self.data / "sessions" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) + ".json")
+
+    def save_sessions(self, tenant: str) -> None:
+        """The tenant's thread table (thread id -> tools) on disk, so a restart finds its threads again;
+        the threads themselves are the checkpointer's."""
+        with self.meta:
+            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
+        path = self.sessions_file(tenant)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(mine))
+        path.with_suffix(".tmp").replace(path)
 
     # --- the graph ------------------------------------------------------------------------------------
 
@@ -203,6 +217,7 @@ class LangGraphAgent:
         sid = uuid.uuid4().hex[:12]
         with self.meta:
             self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
+        self.save_sessions(body.tenant)
         return {"session_id": sid}
 
     def send(self, sid: str, body: Message) -> dict[str, Any]:
@@ -228,6 +243,7 @@ class LangGraphAgent:
         values = self.graph.get_state(self._config(sid)).values
         if values:
             self.graph.update_state(self._config(new), values, as_node="model")
+        self.save_sessions(copied["tenant"])
         return {"session_id": new}
 
     def compact(self, sid: str) -> dict[str, Any]:
@@ -263,6 +279,19 @@ class LangGraphAgent:
             self.checkpointer.delete_thread(sid)
             with self.meta:
                 del self.sessions[sid]
+        self.sessions_file(tenant).unlink(missing_ok=True)
+        return {"ok": True}
+
+    def restart(self, tenant: str) -> dict[str, Any]:
+        """What a process restart does to the tenant: its thread table is dropped and read back from disk.
+        Its threads (``SqliteSaver``) and memories (``SqliteStore``) are read from SQLite on every call,
+        so nothing else of it is held in memory."""
+        path = self.sessions_file(tenant)
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        with self.meta:
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+            self.sessions.update(saved)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
@@ -314,7 +343,7 @@ def create_app(agent: LangGraphAgent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "langgraph-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True, "tenant_model_url": True}  # fmt: skip
+                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -324,6 +353,7 @@ def create_app(agent: LangGraphAgent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
     return app
 
 

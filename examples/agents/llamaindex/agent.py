@@ -167,6 +167,15 @@ class LlamaIndexAgent:
     def folder(self, tenant: str) -> Path:
         return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
 
+    def save_sessions(self, tenant: str) -> None:
+        """The tenant's session table (id -> tools) on disk, so a restart finds its sessions again."""
+        with self.meta:
+            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
+        folder = self.folder(tenant)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "sessions.json.tmp").write_text(json.dumps(mine))
+        (folder / "sessions.json.tmp").replace(folder / "sessions.json")
+
     def tenant(self, name: str) -> dict[str, Any]:
         if name not in self.tenants:
             folder = self.folder(name)
@@ -241,6 +250,7 @@ class LlamaIndexAgent:
         sid = uuid.uuid4().hex[:12]
         with self.meta:
             self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
+        self.save_sessions(body.tenant)
         return {"session_id": sid}
 
     def send(self, sid: str, body: Message) -> dict[str, Any]:
@@ -261,6 +271,7 @@ class LlamaIndexAgent:
         self.wait(self.memory(s["tenant"], new).aset(history))
         with self.meta:
             self.sessions[new] = dict(s)
+        self.save_sessions(s["tenant"])
         return {"session_id": new}
 
     def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
@@ -311,6 +322,18 @@ class LlamaIndexAgent:
                 del self.sessions[sid]
         return {"ok": True}
 
+    def restart(self, tenant: str) -> dict[str, Any]:
+        """What a process restart does to the tenant: its chat store is opened again on its SQLite file,
+        its session table read back from disk, and its fact block made anew. LlamaIndex keeps a memory
+        block's facts in process memory only (the chat store holds messages), so a restart loses them."""
+        with self.meta:
+            self.tenants.pop(tenant, None)
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+            path = self.folder(tenant) / "sessions.json"
+            self.sessions.update(json.loads(path.read_text()) if path.exists() else {})
+        return {"ok": True}
+
     def dump(self, tenant: str) -> dict[str, Any]:
         """The chat store's rows (active and archived), and the fact block's facts."""
         items: list[dict[str, Any]] = []
@@ -354,7 +377,7 @@ def create_app(agent: LlamaIndexAgent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "llamaindex-memory", "fork": True, "memory_inject": True,
-                "store_dump": True, "tenant_model_url": True}  # fmt: skip
+                "store_dump": True, "tenant_model_url": True, "restart": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -363,6 +386,7 @@ def create_app(agent: LlamaIndexAgent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
     return app
 
 

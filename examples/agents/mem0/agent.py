@@ -103,11 +103,25 @@ class Mem0Agent:
                 self.clients[base] = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
             return self.clients[base]
 
+    def folder(self, tenant: str) -> Path:
+        return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
+
+    def save_sessions(self, tenant: str) -> None:
+        """The tenant's conversations (buffer, summary) on disk, as a deployed agent keeps them (a
+        restart loads them back): one JSON file, replaced whole."""
+        with self.meta:
+            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
+        folder = self.folder(tenant)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / "sessions.json.tmp"
+        tmp.write_text(json.dumps(mine))
+        tmp.replace(folder / "sessions.json")
+
     # --- mem0, one store per tenant ------------------------------------------------------------------
 
     def memory(self, tenant: str) -> Memory:
         if tenant not in self.memories:
-            folder = self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
+            folder = self.folder(tenant)
             folder.mkdir(parents=True, exist_ok=True)
             openai_cfg = {"openai_base_url": self.bases.get(tenant, self.base), "api_key": "none"}
             self.memories[tenant] = Memory.from_config(
@@ -212,6 +226,7 @@ class Mem0Agent:
                 "tenant": body.tenant, "tools": body.tools, "history": [], "summary": "", "summaries": [],
                 "recalled": [],
             }  # fmt: skip
+        self.save_sessions(body.tenant)
         return {"session_id": sid}
 
     def send(self, sid: str, body: Message) -> dict[str, Any]:
@@ -229,6 +244,7 @@ class Mem0Agent:
             self.memory(s["tenant"]).add(exchange, user_id=s["tenant"], infer=self.infer)
         if len(s["history"]) > KEEP_MESSAGES:
             self.summarize(s, KEEP_MESSAGES // 2)
+        self.save_sessions(s["tenant"])
         return turn
 
     def fork(self, sid: str) -> dict[str, Any]:
@@ -236,10 +252,14 @@ class Mem0Agent:
         copied = copy.deepcopy(self.session(sid))
         with self.meta:
             self.sessions[new] = copied
+        self.save_sessions(copied["tenant"])
         return {"session_id": new}
 
     def compact(self, sid: str) -> dict[str, Any]:
-        return {"text": self.summarize(self.session(sid), 0), "actions": []}
+        s = self.session(sid)
+        text = self.summarize(s, 0)
+        self.save_sessions(s["tenant"])
+        return {"text": text, "actions": []}
 
     def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         self.memory(tenant).add(body.text, user_id=tenant, infer=False, metadata={"record_id": body.id})
@@ -271,10 +291,26 @@ class Mem0Agent:
     def reset(self, tenant: str) -> dict[str, Any]:
         if tenant in self.memories:
             self.memories.pop(tenant).reset()
-        shutil.rmtree(self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant), ignore_errors=True)
+        shutil.rmtree(self.folder(tenant), ignore_errors=True)
         with self.meta:  # in place: other tenants' threads add sessions meanwhile
             for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
                 del self.sessions[sid]
+        return {"ok": True}
+
+    def restart(self, tenant: str) -> dict[str, Any]:
+        """What a process restart does to the tenant: mem0 is closed (qdrant's local client, the history
+        database) and opened again from its files; the conversations are dropped from memory and read
+        back from the tenant's sessions file."""
+        m = self.memories.pop(tenant, None)
+        if m is not None:
+            m.vector_store.client.close()
+            m.close()
+        path = self.folder(tenant) / "sessions.json"
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        with self.meta:
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+            self.sessions.update(saved)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
@@ -285,7 +321,7 @@ class Mem0Agent:
             {"store": "memory", "id": x["id"], "text": x["memory"]}
             for x in m.get_all(filters={"user_id": tenant}, top_k=1000).get("results", [])
         ]
-        db = sqlite3.connect(self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) / "history.db")
+        db = sqlite3.connect(self.folder(tenant) / "history.db")
         try:
             for hid, old, new, event in db.execute("SELECT id, old_memory, new_memory, event FROM history"):
                 items.append({"store": "history", "id": hid, "text": f"{event}: {old or ''} -> {new or ''}"})
@@ -342,7 +378,7 @@ def create_app(agent: Mem0Agent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "mem0-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True, "tenant_model_url": True}  # fmt: skip
+                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -352,6 +388,7 @@ def create_app(agent: Mem0Agent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
     return app
 
 

@@ -144,6 +144,15 @@ class AgentsSDKAgent:
     def folder(self, tenant: str) -> Path:
         return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
 
+    def save_sessions(self, tenant: str) -> None:
+        """The tenant's session table (id -> tools) on disk, so a restart finds its sessions again."""
+        with self.meta:
+            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
+        folder = self.folder(tenant)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "sessions.json.tmp").write_text(json.dumps(mine))
+        (folder / "sessions.json.tmp").replace(folder / "sessions.json")
+
     @contextlib.contextmanager
     def store(self, tenant: str, sid: str) -> Iterator[SQLiteSession]:
         """The SDK's session ``sid`` in the tenant's SQLite file, closed after use."""
@@ -242,6 +251,7 @@ class AgentsSDKAgent:
         sid = uuid.uuid4().hex[:12]
         with self.meta:
             self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
+        self.save_sessions(body.tenant)
         return {"session_id": sid}
 
     def send(self, sid: str, body: Message) -> dict[str, Any]:
@@ -271,6 +281,7 @@ class AgentsSDKAgent:
             asyncio.run(store.add_items(items))
         with self.meta:
             self.sessions[new] = dict(s)
+        self.save_sessions(s["tenant"])
         return {"session_id": new}
 
     def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
@@ -302,6 +313,17 @@ class AgentsSDKAgent:
         with self.meta:
             for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
                 del self.sessions[sid]
+        return {"ok": True}
+
+    def restart(self, tenant: str) -> dict[str, Any]:
+        """What a process restart does to the tenant: its session table is dropped and read back from
+        disk. Its items live in the SDK's SQLite file, opened per call, so nothing else is in memory."""
+        path = self.folder(tenant) / "sessions.json"
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        with self.meta:
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+            self.sessions.update(saved)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
@@ -340,7 +362,8 @@ def create_app(agent: AgentsSDKAgent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "openai-agents-sqlite-session", "fork": True,
-                "memory_inject": True, "store_dump": True, "tenant_model_url": True}  # fmt: skip
+                "memory_inject": True, "store_dump": True, "tenant_model_url": True,
+                "restart": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -349,6 +372,7 @@ def create_app(agent: AgentsSDKAgent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
     return app
 
 

@@ -1,0 +1,349 @@
+"""A chat agent with tools whose long-term memory is LangMem's memory manager over a LangGraph store,
+served over eu-audit's agent contract.
+
+The shape LangMem's documentation teaches: ``create_memory_store_manager`` writes the user's memories
+into a LangGraph ``BaseStore`` (here ``SqliteStore``, namespace ``("memories", user)``). Every turn the
+agent searches the manager for memories relevant to the message and puts them in the system prompt;
+after every exchange it hands the exchange to the manager, whose LLM extracts new memories and updates
+old ones (structured output through tool calls, via ``trustcall``). The conversation itself is a message
+buffer per session, kept on disk. Its forget is what LangMem offers: find the memories that carry the
+target (``manager.search``) and ``manager.delete`` each one.
+
+Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``) and sends its
+model calls to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit serve``). When
+LangMem's extraction fails (a model that cannot give the structured output it asks for), the turn fails
+with LangMem's own error, which the harness reports with the episode and step (exit 3).
+
+    pip install -r examples/agents/langmem/requirements.txt
+    OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \
+        python examples/agents/langmem/agent.py --port 9004 --data /tmp/langmem-agent
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import os
+import re
+import sqlite3
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from langchain_openai import ChatOpenAI
+from langgraph.store.sqlite import SqliteStore
+from langmem import create_memory_store_manager
+from openai import OpenAI
+from pydantic import BaseModel, Field
+
+CONTRACT = "eu-audit/agent-api@1"
+SYSTEM = (
+    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
+    "them, and what you remember about the user when it helps."
+)
+KEEP_MESSAGES = 8  # the buffer the model sees: older messages drop out of the prompt (kept on disk)
+
+
+class StartSession(BaseModel):
+    tenant: str
+    seed: int = 0
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class MemoryRecord(BaseModel):
+    id: str
+    text: str
+
+
+class ForgetRequest(BaseModel):
+    target: str
+    variants: list[str] = Field(default_factory=list)
+    hint: dict[str, Any] | None = None
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
+
+
+def _text(value: Any) -> str:
+    """A LangMem memory's text: ``{"kind": "Memory", "content": {"content": "..."}}``."""
+    content = value.get("content") if isinstance(value, dict) else value
+    if isinstance(content, dict):
+        content = content.get("content", json.dumps(content))
+    return str(content)
+
+
+class LangMemAgent:
+    def __init__(self, data: Path, model: str, forget: str = "langmem") -> None:
+        data.mkdir(parents=True, exist_ok=True)
+        self.data, self.model, self.forget_mode = data, model, forget
+        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
+        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
+        # autocommit, as SqliteStore.from_conn_string opens it: the store runs its own BEGIN/COMMIT
+        self.store = SqliteStore(
+            sqlite3.connect(data / "store.sqlite", check_same_thread=False, isolation_level=None)
+        )
+        self.store.setup()
+        self.managers: dict[str, Any] = {}  # tenant -> its LangMem manager (its LLM on the tenant's lane)
+        self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools, history
+        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
+        self.meta = threading.Lock()  # guards the dicts above
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    def lock_of(self, tenant: str) -> threading.RLock:
+        with self.meta:
+            return self.locks.setdefault(tenant, threading.RLock())
+
+    def tenant_of(self, sid: str) -> str:
+        return str(self.session(sid)["tenant"])
+
+    def session(self, sid: str) -> dict[str, Any]:
+        if sid not in self.sessions:
+            raise HTTPException(404, f"no session {sid}")
+        return self.sessions[sid]
+
+    def sessions_file(self, tenant: str) -> Path:
+        return self.data / "sessions" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) + ".json")
+
+    def save_sessions(self, tenant: str) -> None:
+        """The tenant's conversations on disk, as a deployed agent keeps them (a restart loads them)."""
+        with self.meta:
+            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
+        path = self.sessions_file(tenant)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(mine))
+        path.with_suffix(".tmp").replace(path)
+
+    def config(self, tenant: str) -> dict[str, Any]:
+        return {"configurable": {"langgraph_user_id": tenant}}
+
+    def manager(self, tenant: str) -> Any:
+        if tenant not in self.managers:
+            llm = ChatOpenAI(
+                model=self.model, base_url=self.bases.get(tenant, self.base), api_key="none",
+                temperature=0.0, max_tokens=200,
+            )  # fmt: skip
+            self.managers[tenant] = create_memory_store_manager(
+                llm, namespace=("memories", "{langgraph_user_id}"), store=self.store
+            )
+        return self.managers[tenant]
+
+    def memories(self, tenant: str, query: str | None = None, limit: int = 5) -> list[Any]:
+        return list(self.manager(tenant).search(query=query, limit=limit, config=self.config(tenant)))
+
+    # --- a turn -----------------------------------------------------------------------------------
+
+    def answer(self, s: dict[str, Any], recalled: list[str]) -> dict[str, Any]:
+        system = SYSTEM
+        if recalled:
+            system += "\nWhat you remember about the user:\n" + "\n".join(f"- {m}" for m in recalled)
+        window = s["history"][-KEEP_MESSAGES:]
+        while window and window[0]["role"] == "tool":  # a tool result without its call
+            window = window[1:]
+        client = OpenAI(base_url=self.bases.get(s["tenant"], self.base), api_key="none")
+        kw: dict[str, Any] = {
+            "model": self.model, "messages": [{"role": "system", "content": system}, *window],
+            "temperature": 0.0, "max_tokens": 96,
+        }  # fmt: skip
+        if s["tools"]:
+            kw["tools"] = s["tools"]
+        msg = client.chat.completions.create(**kw).choices[0].message
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}  # noqa: E501
+            for c in msg.tool_calls or []
+        ]  # fmt: skip
+        s["history"].append(
+            {"role": "assistant", "content": msg.content or "", **({"tool_calls": calls} if calls else {})}
+        )
+        actions = []
+        for c in calls:
+            try:
+                args = json.loads(c["function"]["arguments"] or "{}")
+            except ValueError:
+                args = None
+            actions.append({"id": c["id"], "name": c["function"]["name"], "arguments": args})
+        return {"text": msg.content or "", "actions": actions}
+
+    def extract(self, tenant: str, exchange: list[dict[str, Any]]) -> None:
+        """LangMem's extraction over the exchange; its own error fails the turn, named."""
+        try:
+            self.manager(tenant).invoke({"messages": exchange, "max_steps": 1}, config=self.config(tenant))
+        except Exception as exc:
+            raise HTTPException(500, f"LangMem's memory manager failed: {type(exc).__name__}: {exc}") from exc
+
+    # --- the contract -----------------------------------------------------------------------------
+
+    def start(self, body: StartSession) -> dict[str, Any]:
+        if body.model_base_url and self.bases.get(body.tenant) != body.model_base_url:
+            self.bases[body.tenant] = body.model_base_url
+            self.managers.pop(body.tenant, None)  # LangMem's LLM follows the tenant's lane
+        sid = uuid.uuid4().hex[:12]
+        with self.meta:
+            self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools, "history": []}
+        self.save_sessions(body.tenant)
+        return {"session_id": sid}
+
+    def send(self, sid: str, body: Message) -> dict[str, Any]:
+        s = self.session(sid)
+        calls = {c["id"] for m in s["history"] for c in m.get("tool_calls") or []}
+        recalled: list[str] = []
+        if body.role == "tool" and body.tool_call_id in calls:
+            s["history"].append({"role": "tool", "tool_call_id": body.tool_call_id, "content": body.content})
+        elif body.role == "tool":  # a tool result the scaffold ran (no call of ours): context for the model
+            s["history"].append({"role": "user", "content": f"Tool result ({body.name}): {body.content}"})
+        else:
+            recalled = [_text(m.value) for m in self.memories(s["tenant"], body.content)]
+            s["history"].append({"role": "user", "content": body.content})
+        turn = self.answer(s, recalled)
+        exchange = [
+            {"role": m["role"], "content": m["content"]}
+            for m in s["history"][-2:]
+            if m["role"] in ("user", "assistant") and m.get("content")
+        ]
+        self.save_sessions(s["tenant"])
+        if exchange:
+            self.extract(s["tenant"], exchange)
+        return turn
+
+    def fork(self, sid: str) -> dict[str, Any]:
+        new = uuid.uuid4().hex[:12]
+        copied = copy.deepcopy(self.session(sid))
+        with self.meta:
+            self.sessions[new] = copied
+        self.save_sessions(copied["tenant"])
+        return {"session_id": new}
+
+    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+        """As LangMem's own write leaves a memory (kind ``Memory``, its text under ``content``)."""
+        value = {"kind": "Memory", "content": {"content": body.text}}
+        self.manager(tenant).put(body.id, value, config=self.config(tenant))
+        return {"text": "", "actions": []}
+
+    def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
+        """LangMem's erasure: every memory that carries the target, found by ``search`` with each variant
+        and by listing, deleted with ``manager.delete``. ``--forget none``: acknowledged, nothing deleted."""
+        if self.forget_mode == "none":
+            return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
+        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        found = {
+            m.key: _text(m.value)
+            for q in [body.target, *body.variants]
+            for m in self.memories(tenant, q, 100)
+        }
+        found.update({m.key: _text(m.value) for m in self.memories(tenant, None, 10_000)})
+        deleted = [key for key, text in found.items() if any(n in _norm(text) for n in needles)]
+        for key in deleted:
+            self.manager(tenant).delete(key, config=self.config(tenant))
+        return {
+            "status": "ok",
+            "detail": f"deleted {len(deleted)} LangMem memories",
+            "receipt": {"deleted": deleted},
+        }
+
+    def reset(self, tenant: str) -> dict[str, Any]:
+        for item in self.store.search(("memories", tenant), limit=100_000):
+            self.store.delete(item.namespace, item.key)
+        with self.meta:  # in place: other tenants' threads add sessions meanwhile
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+        self.sessions_file(tenant).unlink(missing_ok=True)
+        return {"ok": True}
+
+    def restart(self, tenant: str) -> dict[str, Any]:
+        """What a process restart does to the tenant: its LangMem manager is made anew and its
+        conversations are read back from disk (the store is SQLite, read on every call)."""
+        path = self.sessions_file(tenant)
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        with self.meta:
+            self.managers.pop(tenant, None)
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+            self.sessions.update(saved)
+        return {"ok": True}
+
+    def dump(self, tenant: str) -> dict[str, Any]:
+        """LangMem's memories in the store (every item of the tenant's namespaces) and the conversations."""
+        items = [
+            {"store": "langmem", "id": "/".join([*it.namespace, it.key]), "text": json.dumps(it.value)}
+            for it in self.store.search(("memories", tenant), limit=100_000)
+        ]
+        with self.meta:
+            mine = [(sid, s) for sid, s in self.sessions.items() if s["tenant"] == tenant]
+        for sid, s in mine:
+            for i, msg in enumerate(s["history"]):
+                items.append(
+                    {"store": "conversation", "id": f"{sid}/{i}", "text": str(msg.get("content") or "")}
+                )
+        return {"items": items}
+
+
+def create_app(agent: LangMemAgent) -> FastAPI:
+    app = FastAPI(title="LangMem reference agent")
+    p = "/eu-audit/v1"
+
+    def locked(fn: Any) -> Any:
+        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
+
+        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
+        def run(*a: Any, **k: Any) -> Any:
+            body = k.get("body")
+            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
+            with agent.lock_of(tenant):
+                return fn(*a, **k)
+
+        return run
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get(p + "/capabilities")
+    def capabilities() -> dict[str, Any]:
+        return {"version": CONTRACT, "name": "langmem-agent", "fork": True, "memory_inject": True,
+                "store_dump": True, "tenant_model_url": True, "restart": True}  # fmt: skip
+
+    app.post(p + "/sessions")(locked(agent.start))
+    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
+    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
+    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
+    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
+    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
+    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=9004)
+    ap.add_argument(
+        "--data", type=Path, default=Path("langmem-agent-data"), help="the store and the sessions"
+    )
+    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap.add_argument(
+        "--forget",
+        choices=["langmem", "none"],
+        default="langmem",
+        help="langmem: delete the memories that carry the target; none: acknowledge and delete nothing (B0)",
+    )
+    args = ap.parse_args()
+    agent = LangMemAgent(args.data, args.model, forget=args.forget)
+    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
