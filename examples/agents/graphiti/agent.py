@@ -1,0 +1,379 @@
+"""A chat agent with tools whose memory is a Graphiti temporal knowledge graph on an embedded Kuzu
+database, served over eu-audit's agent contract.
+
+The shape Graphiti's documentation teaches: every exchange is added as an *episode*
+(``Graphiti.add_episode``); Graphiti's LLM extracts entities (nodes, each with a summary) and facts
+(edges), embeds them, and deduplicates them against the graph. Every turn the agent searches the graph
+(``Graphiti.search``, hybrid BM25 + embeddings) for facts relevant to the message and puts them in the
+system prompt. Its forget is Graphiti's documented deletion: ``remove_episode`` of every episode that
+carries the target, which deletes the edges and nodes only that episode supports and rebuilds the
+summaries of the nodes that remain.
+
+Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``) and sends its
+model calls and embeddings to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit
+serve``). Graphiti asks its LLM for structured output (JSON matching a schema); when the model cannot give
+it, the turn fails with Graphiti's own error, which the harness reports with the episode and step
+(exit 3). Each tenant gets its own Kuzu database under ``--data``.
+
+    pip install -r examples/agents/graphiti/requirements.txt
+    OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \
+        python examples/agents/graphiti/agent.py --port 9005 --data /tmp/graphiti-agent
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import datetime
+import functools
+import json
+import os
+import re
+import shutil
+import threading
+import uuid
+import warnings
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from graphiti_core import Graphiti
+from graphiti_core.cross_encoder.openai_reranker_client import OpenAIRerankerClient
+from graphiti_core.driver.kuzu_driver import KuzuDriver
+from graphiti_core.embedder.openai import OpenAIEmbedder, OpenAIEmbedderConfig
+from graphiti_core.llm_client.config import LLMConfig
+from graphiti_core.llm_client.openai_generic_client import OpenAIGenericClient
+from graphiti_core.nodes import EpisodeType
+from openai import OpenAI
+from pydantic import BaseModel, Field
+
+os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")  # no phone-home
+warnings.filterwarnings("ignore", message="The Kuzu backend is deprecated")
+CONTRACT = "eu-audit/agent-api@1"
+SYSTEM = (
+    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
+    "them, and what you know about the user when it helps."
+)
+EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
+KEEP_MESSAGES = 8
+_T = TypeVar("_T")
+
+
+class StartSession(BaseModel):
+    tenant: str
+    seed: int = 0
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    model_base_url: str | None = None
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class MemoryRecord(BaseModel):
+    id: str
+    text: str
+
+
+class ForgetRequest(BaseModel):
+    target: str
+    variants: list[str] = Field(default_factory=list)
+    hint: dict[str, Any] | None = None
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
+
+
+def _group(tenant: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", tenant)
+
+
+class GraphitiAgent:
+    def __init__(self, data: Path, model: str, forget: str = "graphiti") -> None:
+        data.mkdir(parents=True, exist_ok=True)
+        self.data, self.model, self.forget_mode = data, model, forget
+        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
+        self.bases: dict[str, str] = {}
+        self.graphs: dict[str, Graphiti] = {}
+        self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools, history
+        self.locks: dict[str, threading.RLock] = {}
+        self.meta = threading.Lock()
+        self.loop = asyncio.new_event_loop()  # Graphiti is async: one loop for every call
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    def wait(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    def lock_of(self, tenant: str) -> threading.RLock:
+        with self.meta:
+            return self.locks.setdefault(tenant, threading.RLock())
+
+    def tenant_of(self, sid: str) -> str:
+        return str(self.session(sid)["tenant"])
+
+    def session(self, sid: str) -> dict[str, Any]:
+        if sid not in self.sessions:
+            raise HTTPException(404, f"no session {sid}")
+        return self.sessions[sid]
+
+    def folder(self, tenant: str) -> Path:
+        return self.data / _group(tenant)
+
+    def save_sessions(self, tenant: str) -> None:
+        with self.meta:
+            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
+        folder = self.folder(tenant)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "sessions.json.tmp").write_text(json.dumps(mine))
+        (folder / "sessions.json.tmp").replace(folder / "sessions.json")
+
+    def graph(self, tenant: str) -> Graphiti:
+        if tenant not in self.graphs:
+            base = self.bases.get(tenant, self.base)
+            cfg = LLMConfig(api_key="none", model=self.model, small_model=self.model, base_url=base)
+            embed = OpenAIEmbedderConfig(
+                api_key="none", base_url=base, embedding_model="all-MiniLM-L6-v2", embedding_dim=EMBED_DIMS
+            )
+            folder = self.folder(tenant)
+            folder.mkdir(parents=True, exist_ok=True)
+            g = Graphiti(
+                graph_driver=KuzuDriver(db=str(folder / "graph.kuzu")),
+                llm_client=OpenAIGenericClient(config=cfg),
+                embedder=OpenAIEmbedder(config=embed),
+                cross_encoder=OpenAIRerankerClient(config=cfg),
+            )
+            self.wait(g.build_indices_and_constraints())
+            self.graphs[tenant] = g
+        return self.graphs[tenant]
+
+    def graphiti(self, what: str, coro: Coroutine[Any, Any, _T]) -> _T:
+        """A Graphiti call; its own error fails the turn, named."""
+        try:
+            return self.wait(coro)
+        except Exception as exc:
+            raise HTTPException(500, f"Graphiti's {what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def remember_text(self, tenant: str, name: str, body: str) -> str:
+        g = self.graph(tenant)
+        now = datetime.datetime.now(datetime.UTC)
+        added = self.graphiti(
+            "add_episode",
+            g.add_episode(
+                name=name, episode_body=body, source_description="chat with the user", reference_time=now,
+                source=EpisodeType.message, group_id=_group(tenant),
+            ),
+        )  # fmt: skip
+        return str(added.episode.uuid)
+
+    # --- a turn -----------------------------------------------------------------------------------
+
+    def answer(self, s: dict[str, Any], facts: list[str]) -> dict[str, Any]:
+        system = SYSTEM
+        if facts:
+            system += "\nWhat you know about the user:\n" + "\n".join(f"- {f}" for f in facts)
+        window = s["history"][-KEEP_MESSAGES:]
+        while window and window[0]["role"] == "tool":
+            window = window[1:]
+        client = OpenAI(base_url=self.bases.get(s["tenant"], self.base), api_key="none")
+        kw: dict[str, Any] = {
+            "model": self.model, "messages": [{"role": "system", "content": system}, *window],
+            "temperature": 0.0, "max_tokens": 96,
+        }  # fmt: skip
+        if s["tools"]:
+            kw["tools"] = s["tools"]
+        msg = client.chat.completions.create(**kw).choices[0].message
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}  # noqa: E501
+            for c in msg.tool_calls or []
+        ]  # fmt: skip
+        turn: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
+        if calls:
+            turn["tool_calls"] = calls
+        s["history"].append(turn)
+        actions = []
+        for c in calls:
+            try:
+                args = json.loads(c["function"]["arguments"] or "{}")
+            except ValueError:
+                args = None
+            actions.append({"id": c["id"], "name": c["function"]["name"], "arguments": args})
+        return {"text": msg.content or "", "actions": actions}
+
+    # --- the contract -----------------------------------------------------------------------------
+
+    def start(self, body: StartSession) -> dict[str, Any]:
+        if body.model_base_url and self.bases.get(body.tenant) != body.model_base_url:
+            self.bases[body.tenant] = body.model_base_url
+            old = self.graphs.pop(body.tenant, None)  # Graphiti's LLM and embedder follow the lane
+            if old is not None:
+                self.wait(old.close())
+        sid = uuid.uuid4().hex[:12]
+        with self.meta:
+            self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools, "history": [], "episodes": []}
+        self.save_sessions(body.tenant)
+        return {"session_id": sid}
+
+    def send(self, sid: str, body: Message) -> dict[str, Any]:
+        s = self.session(sid)
+        calls = {c["id"] for m in s["history"] for c in m.get("tool_calls") or []}
+        facts: list[str] = []
+        if body.role == "tool" and body.tool_call_id in calls:
+            s["history"].append({"role": "tool", "tool_call_id": body.tool_call_id, "content": body.content})
+        elif body.role == "tool":
+            s["history"].append({"role": "user", "content": f"Tool result ({body.name}): {body.content}"})
+        else:
+            g = self.graph(s["tenant"])
+            found = self.graphiti(
+                "search", g.search(body.content, group_ids=[_group(s["tenant"])], num_results=5)
+            )
+            facts = [e.fact for e in found]
+            s["history"].append({"role": "user", "content": body.content})
+        turn = self.answer(s, facts)
+        exchange = [m for m in s["history"][-2:] if m["role"] in ("user", "assistant") and m.get("content")]
+        self.save_sessions(s["tenant"])
+        if exchange:
+            text = "\n".join(f"{m['role']}: {m['content']}" for m in exchange)
+            s["episodes"].append(self.remember_text(s["tenant"], f"{sid}-{len(s['episodes'])}", text))
+            self.save_sessions(s["tenant"])
+        return turn
+
+    def fork(self, sid: str) -> dict[str, Any]:
+        new = uuid.uuid4().hex[:12]
+        copied = copy.deepcopy(self.session(sid))
+        with self.meta:
+            self.sessions[new] = copied
+        self.save_sessions(copied["tenant"])
+        return {"session_id": new}
+
+    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+        self.remember_text(tenant, f"record-{body.id}", body.text)
+        return {"text": "", "actions": []}
+
+    def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
+        """Graphiti's deletion: ``remove_episode`` of every episode whose content carries the target.
+        ``--forget none``: acknowledged, nothing removed (B0)."""
+        if self.forget_mode == "none":
+            return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"removed": []}}
+        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        g = self.graph(tenant)
+        now = datetime.datetime.now(datetime.UTC)
+        episodes = self.graphiti(
+            "retrieve_episodes", g.retrieve_episodes(now, last_n=100_000, group_ids=[_group(tenant)])
+        )
+        removed = [str(e.uuid) for e in episodes if any(n in _norm(e.content) for n in needles)]
+        for ep in removed:
+            self.graphiti("remove_episode", g.remove_episode(ep))
+        return {"status": "ok", "detail": f"removed {len(removed)} episodes", "receipt": {"removed": removed}}
+
+    def reset(self, tenant: str) -> dict[str, Any]:
+        g = self.graphs.pop(tenant, None)
+        if g is not None:
+            self.wait(g.close())
+        shutil.rmtree(self.folder(tenant), ignore_errors=True)
+        with self.meta:
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+        return {"ok": True}
+
+    def restart(self, tenant: str) -> dict[str, Any]:
+        """What a process restart does to the tenant: Graphiti and its Kuzu database are closed and opened
+        again from the file; the conversations are read back from disk."""
+        g = self.graphs.pop(tenant, None)
+        if g is not None:
+            self.wait(g.close())
+        path = self.folder(tenant) / "sessions.json"
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        with self.meta:
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+            self.sessions.update(saved)
+        return {"ok": True}
+
+    def dump(self, tenant: str) -> dict[str, Any]:
+        """Every text the graph keeps for the tenant (episodes, entity names and summaries, facts on
+        edges, communities), and the conversations."""
+        g = self.graph(tenant)
+        queries = {
+            "episodes": "MATCH (n:Episodic) WHERE n.group_id = $g RETURN n.uuid AS id, n.content AS text",
+            "entities": "MATCH (n:Entity) WHERE n.group_id = $g "
+            "RETURN n.uuid AS id, n.name + ': ' + n.summary AS text",
+            "facts": "MATCH (n:RelatesToNode_) WHERE n.group_id = $g RETURN n.uuid AS id, n.fact AS text",
+            "communities": "MATCH (n:Community) WHERE n.group_id = $g RETURN n.uuid AS id, n.summary AS text",
+        }  # fmt: skip
+        items: list[dict[str, Any]] = []
+        for store, query in queries.items():
+            records, _, _ = self.wait(g.driver.execute_query(query, g=_group(tenant)))
+            items += [{"store": store, "id": str(r["id"]), "text": str(r["text"] or "")} for r in records]
+        with self.meta:
+            mine = [(sid, s) for sid, s in self.sessions.items() if s["tenant"] == tenant]
+        for sid, s in mine:
+            for i, msg in enumerate(s["history"]):
+                items.append(
+                    {"store": "conversation", "id": f"{sid}/{i}", "text": str(msg.get("content") or "")}
+                )
+        return {"items": items}
+
+
+def create_app(agent: GraphitiAgent) -> FastAPI:
+    app = FastAPI(title="Graphiti reference agent")
+    p = "/eu-audit/v1"
+
+    def locked(fn: Any) -> Any:
+        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
+        def run(*a: Any, **k: Any) -> Any:
+            body = k.get("body")
+            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
+            with agent.lock_of(tenant):
+                return fn(*a, **k)
+
+        return run
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get(p + "/capabilities")
+    def capabilities() -> dict[str, Any]:
+        return {"version": CONTRACT, "name": "graphiti-kuzu-agent", "fork": True, "memory_inject": True,
+                "store_dump": True, "tenant_model_url": True, "restart": True}  # fmt: skip
+
+    app.post(p + "/sessions")(locked(agent.start))
+    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
+    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
+    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
+    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
+    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
+    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
+    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=9005)
+    ap.add_argument(
+        "--data", type=Path, default=Path("graphiti-agent-data"), help="one Kuzu database per tenant"
+    )
+    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap.add_argument(
+        "--forget",
+        choices=["graphiti", "none"],
+        default="graphiti",
+        help="graphiti: remove_episode of every episode that carries the target; none: remove nothing (B0)",
+    )
+    args = ap.parse_args()
+    agent = GraphitiAgent(args.data, args.model, forget=args.forget)
+    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
