@@ -241,7 +241,10 @@ class Mem0Agent:
         turn = self.answer(s)
         exchange = [m for m in s["history"][-2:] if m["role"] in ("user", "assistant") and m.get("content")]
         if exchange:
-            self.memory(s["tenant"]).add(exchange, user_id=s["tenant"], infer=self.infer)
+            try:
+                self.memory(s["tenant"]).add(exchange, user_id=s["tenant"], infer=self.infer)
+            except Exception as exc:  # mem0's own error (e.g. its extraction prompt over the model's context)
+                raise HTTPException(500, f"mem0's Memory.add failed: {type(exc).__name__}: {exc}") from exc
         if len(s["history"]) > KEEP_MESSAGES:
             self.summarize(s, KEEP_MESSAGES // 2)
         self.save_sessions(s["tenant"])
