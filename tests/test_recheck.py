@@ -5,15 +5,20 @@ and the audit says after which event z came back and from where. Mechanics on sc
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import pytest
 
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.channels import channels
 from eu_audit.audits.model import AuditReport
 from eu_audit.audits.output import residue_lines
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.blackbox.recheck import parse_rechecks
 from eu_audit.blackbox.residue import context_residue
 from eu_audit.bundle.io import read_bundle
+from eu_audit.errors import BadInput
 from eu_audit.gate import evaluate
 from eu_audit.trace.records import ResidueRecord
 
@@ -125,7 +130,9 @@ def test_recheck_mistakes_exit_2_before_any_agent_runs() -> None:
         ("turns-0", "N must be between 1 and 50"),
         ("restart,restart", "restart named twice"),
     ):
-        proc = run_cli("record", "--agent", "tests.scripted_agents:durable", "--recheck", value)
-        assert proc.returncode == 2 and said in proc.stderr, (value, proc.stderr)
+        with pytest.raises(BadInput, match=re.escape(said)):
+            parse_rechecks(value)
+    proc = run_cli("record", "--agent", "tests.scripted_agents:durable", "--recheck", "reboot")
+    assert proc.returncode == 2 and "unknown event" in proc.stderr, proc.stderr
     proc = run_cli("record", "--suite", "builtin", "--recheck", "restart")
     assert proc.returncode == 2 and "only with --agent" in proc.stderr
