@@ -79,11 +79,12 @@ def _norm(text: str) -> str:
 
 
 def _text(value: Any) -> str:
-    """A LangMem memory's text: ``{"kind": "Memory", "content": {"content": "..."}}``."""
+    """A LangMem memory's text: stored as ``{"kind": "Memory", "content": {"content": "..."}}``, read back
+    by the manager with the content as its ``Memory`` model."""
     content = value.get("content") if isinstance(value, dict) else value
     if isinstance(content, dict):
         content = content.get("content", json.dumps(content))
-    return str(content)
+    return str(getattr(content, "content", content))
 
 
 class LangMemAgent:
