@@ -30,6 +30,9 @@ def main(folders: list[str]) -> None:
         for r in records:
             if r["type"] != "residue" or not r["session_id"].endswith("/agent"):
                 continue
+            if r.get("after"):
+                recheck(r)
+                continue
             sid = r["session_id"]
             f = forgets.get(sid, {})
             ctx = f"{r['context_calls_with_z']} of {r['context_calls']} model calls after the forget"
@@ -42,6 +45,30 @@ def main(folders: list[str]) -> None:
             if r["store_example"]:
                 print(f'  - store item: "{quote(r["store_example"])}"')
         print()
+
+
+def recheck(r: dict) -> None:
+    """One recheck event's record (record --recheck): what held z after it, or why it did not run."""
+    if r.get("skipped"):
+        print(f"  - after {r['after']}: not run ({r['skipped']})")
+        return
+    held = [
+        f"{r[k]} of {r[n]} {what}"
+        for k, n, what in (
+            ("context_calls_with_z", "context_calls", "model calls"),
+            ("replies_with_z", "replies", "answers"),
+            ("store_items_with_z", "store_items", "dump items"),
+        )
+        if r.get(n) is not None
+    ]
+    print(f"  - after {r['after']}: z in {'; '.join(held)}")
+    for key, what in (
+        ("reply_example", "answer"),
+        ("context_example", "prompt"),
+        ("store_example", "store item"),
+    ):
+        if r.get(key):
+            print(f'    - {what}: "{quote(r[key])}"')
 
 
 if __name__ == "__main__":
