@@ -11,9 +11,12 @@ summaries of the nodes that remain.
 
 Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``) and sends its
 model calls and embeddings to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit
-serve``). Graphiti asks its LLM for structured output (JSON matching a schema); when the model cannot give
-it, the turn fails with Graphiti's own error, which the harness reports with the episode and step
-(exit 3). Each tenant gets its own Kuzu database under ``--data``.
+serve``). Each tenant has a Kuzu database of its own and uses Graphiti's default group: graphiti-core
+0.31.2 on Kuzu fails ``add_episode`` for any explicit ``group_id`` (``AttributeError: 'KuzuDriver'
+object has no attribute '_database'``: ``Graphiti._resolve_request_scope`` reads an attribute only the
+Neo4j and FalkorDB drivers set). Graphiti asks its LLM for structured output (JSON matching a schema);
+when the model cannot give it, the turn fails with Graphiti's own error, which the harness reports with
+the episode and step (exit 3).
 
     pip install -r examples/agents/graphiti/requirements.txt
     OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \
@@ -169,7 +172,7 @@ class GraphitiAgent:
             "add_episode",
             g.add_episode(
                 name=name, episode_body=body, source_description="chat with the user", reference_time=now,
-                source=EpisodeType.message, group_id=_group(tenant),
+                source=EpisodeType.message,
             ),
         )  # fmt: skip
         return str(added.episode.uuid)
@@ -232,9 +235,7 @@ class GraphitiAgent:
             s["history"].append({"role": "user", "content": f"Tool result ({body.name}): {body.content}"})
         else:
             g = self.graph(s["tenant"])
-            found = self.graphiti(
-                "search", g.search(body.content, group_ids=[_group(s["tenant"])], num_results=5)
-            )
+            found = self.graphiti("search", g.search(body.content, num_results=5))
             facts = [e.fact for e in found]
             s["history"].append({"role": "user", "content": body.content})
         turn = self.answer(s, facts)
@@ -266,9 +267,7 @@ class GraphitiAgent:
         needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
         g = self.graph(tenant)
         now = datetime.datetime.now(datetime.UTC)
-        episodes = self.graphiti(
-            "retrieve_episodes", g.retrieve_episodes(now, last_n=100_000, group_ids=[_group(tenant)])
-        )
+        episodes = self.graphiti("retrieve_episodes", g.retrieve_episodes(now, last_n=100_000))
         removed = [str(e.uuid) for e in episodes if any(n in _norm(e.content) for n in needles)]
         for ep in removed:
             self.graphiti("remove_episode", g.remove_episode(ep))
@@ -303,15 +302,15 @@ class GraphitiAgent:
         edges, communities), and the conversations."""
         g = self.graph(tenant)
         queries = {
-            "episodes": "MATCH (n:Episodic) WHERE n.group_id = $g RETURN n.uuid AS id, n.content AS text",
-            "entities": "MATCH (n:Entity) WHERE n.group_id = $g "
+            "episodes": "MATCH (n:Episodic) RETURN n.uuid AS id, n.content AS text",
+            "entities": "MATCH (n:Entity) "
             "RETURN n.uuid AS id, n.name + ': ' + n.summary AS text",
-            "facts": "MATCH (n:RelatesToNode_) WHERE n.group_id = $g RETURN n.uuid AS id, n.fact AS text",
-            "communities": "MATCH (n:Community) WHERE n.group_id = $g RETURN n.uuid AS id, n.summary AS text",
+            "facts": "MATCH (n:RelatesToNode_) RETURN n.uuid AS id, n.fact AS text",
+            "communities": "MATCH (n:Community) RETURN n.uuid AS id, n.summary AS text",
         }  # fmt: skip
         items: list[dict[str, Any]] = []
         for store, query in queries.items():
-            records, _, _ = self.wait(g.driver.execute_query(query, g=_group(tenant)))
+            records, _, _ = self.wait(g.driver.execute_query(query))
             items += [{"store": store, "id": str(r["id"]), "text": str(r["text"] or "")} for r in records]
         with self.meta:
             mine = [(sid, s) for sid, s in self.sessions.items() if s["tenant"] == tenant]
