@@ -16,6 +16,7 @@
 #           the shards' bundles afterwards with `eu-audit merge` and audit the merged bundle
 #   RECHECK (environment, optional) events after the forget, e.g. restart,compact,turns-3 (record --recheck)
 #   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
+#   AGENT_PYTHON (environment, optional) the Python that runs the example agent (Letta's own venv)
 #
 # Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
 set -uo pipefail
@@ -37,7 +38,7 @@ wait_for "$SERVE/health"
 rm -rf "$OUT/agent-data"
 case "$AGENT" in
   eu-audit) "$BIN/eu-audit" agent --serve "$SERVE" --forget "$FORGET" --port "$AGENT_PORT" > "$OUT/agent.out" 2>&1 & ;;
-  *) OPENAI_BASE_URL="$SERVE/v1" "$BIN/python" "$ROOT/examples/agents/$AGENT/agent.py" --port "$AGENT_PORT" \
+  *) OPENAI_BASE_URL="$SERVE/v1" "${AGENT_PYTHON:-$BIN/python}" "$ROOT/examples/agents/$AGENT/agent.py" --port "$AGENT_PORT" \
        --data "$OUT/agent-data" --forget "$FORGET" ${AGENT_ARGS:-} > "$OUT/agent.out" 2>&1 & ;;
 esac
 pids+=($!)
