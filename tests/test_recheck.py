@@ -61,7 +61,7 @@ def test_a_forget_that_passes_at_once_and_comes_back_after_a_restart_is_a_failed
     verdict = outcomes(rep, ["agent.residue_store==0", "agent.after.restart==0"])
     assert verdict == {"agent.residue_store==0": "failed", "agent.after.restart==0": "failed"}
     said = "\n".join(residue_lines(rep))
-    assert "after restart: z came back in 2 of 2 sessions (answers, store)" in said
+    assert "after restart: z came back in 2, held in 2 of 2 sessions (answers, store)" in said
 
 
 def test_the_same_forget_without_rechecks_passes_so_the_recheck_is_what_catches_it(tmp_path: Path) -> None:

@@ -302,10 +302,12 @@ def recheck_lines(method: str, states: list[StateAudit]) -> list[str]:
                 f"{method}: after {event}: z in none of {len(ran)} sessions (prompts, answers, dump)"
             )
             continue
+        back = [g for g in held if g.get("back")]
         where = sorted({w for g in held for w in ("prompts", "answers", "store") if g.get(w)})
+        came = f"came back in {len(back)}, " if back else ""
         lines.append(
-            f"{method}: after {event}: z came back in {len(held)} of {len(ran)} sessions "
-            f"({', '.join(where)}); e.g. {held[0]['example']!r}"
+            f"{method}: after {event}: z {came}held in {len(held)} of {len(ran)} sessions "
+            f"({', '.join(where)}); e.g. {(back or held)[0]['example']!r}"
         )
     return lines
 

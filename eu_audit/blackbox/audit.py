@@ -45,7 +45,9 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             "store_example": residue.store_example,
         }
         if len(trace.residues) > 1:
-            st.residue["after"] = {r.after: recheck_summary(r) for r in trace.residues[1:]}
+            first = trace.residues[0]
+            held_at_once = bool(first.context_calls_with_z or first.store_items_with_z)
+            st.residue["after"] = {r.after: recheck_summary(r, held_at_once) for r in trace.residues[1:]}
     return st
 
 
@@ -82,9 +84,10 @@ def combined(records: list[ResidueRecord]) -> ResidueRecord | None:
     )
 
 
-def recheck_summary(r: ResidueRecord) -> dict[str, object]:
+def recheck_summary(r: ResidueRecord, held_at_once: bool) -> dict[str, object]:
     """What one recheck found, for the audit JSON and the channel ``after.<event>``: items holding z in
-    the event's prompts, answers and dump (None: not observed), one quoted place, or why it did not run."""
+    the event's prompts, answers and dump (None: not observed), whether z *came back* (held after the
+    event, in no prompt or dump item right after the forget), one quoted place, or why it did not run."""
     if r.skipped:
         return {"skipped": r.skipped}
     answer = f"[answer] {r.reply_example}" if r.reply_example else ""
@@ -96,7 +99,8 @@ def recheck_summary(r: ResidueRecord) -> dict[str, object]:
     return {
         **found,
         "of": {"prompts": r.context_calls, "answers": r.replies, "store": r.store_items},
-        "held": sum(v for v in found.values() if v is not None),
+        "held": (held := sum(v for v in found.values() if v is not None)),
+        "back": bool(held) and not held_at_once,
         "said": bool(r.replies_with_z),
         "example": next((e for e in (answer, r.context_example, r.store_example) if e), ""),
     }
