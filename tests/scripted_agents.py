@@ -230,6 +230,16 @@ def durable() -> JournalAgent:
     return JournalAgent(rewrite=True)
 
 
+class NoComingBack(JournalAgent):
+    def restart(self, tenant: str) -> None:
+        raise RuntimeError("the journal is gone")
+
+
+def no_coming_back() -> JournalAgent:
+    """Says it can restart; its restart fails."""
+    return NoComingBack(rewrite=True)
+
+
 def naive() -> NotebookAgent:
     return NotebookAgent(thorough=False)
 

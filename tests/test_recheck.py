@@ -124,6 +124,19 @@ def test_the_prompts_of_a_recheck_are_its_own_events_calls() -> None:
     assert (of("turns-2").context_calls, of("turns-2").context_calls_with_z) == (1, 0)
 
 
+def test_a_restart_that_never_comes_back_fails_the_run_naming_the_step_and_writes_no_bundle(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "b.jsonl"
+    proc = run_cli(
+        "record", "--agent", "tests.scripted_agents:no_coming_back", "--suite", "builtin", "--n", "1",
+        "--recheck", "restart", "-o", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "recheck restart" in proc.stderr and "the journal is gone" in proc.stderr
+    assert not out.exists() and not (tmp_path / "b.jsonl.state").exists()
+
+
 def test_recheck_mistakes_exit_2_before_any_agent_runs() -> None:
     for value, said in (
         ("reboot", "unknown event (known: compact, restart, turns-N)"),

@@ -85,8 +85,13 @@ def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(
     assert floor["store_items_with_z"] == 0  # the reference tenant never saw z, and its store says so
 
 
-@pytest.mark.slow  # two real stacks' start-up and stores; mechanics on the tiny model
-@pytest.mark.parametrize("name", ["mem0", "langgraph", "openai-agents", "llamaindex"])
+@pytest.mark.parametrize(
+    "name",
+    [  # one real stack gated by default (the quickest to start); the others with -m slow
+        "openai-agents",
+        *(pytest.param(n, marks=pytest.mark.slow) for n in ("mem0", "langgraph", "llamaindex", "langmem")),
+    ],
+)
 def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
     name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
