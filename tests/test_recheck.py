@@ -137,6 +137,19 @@ def test_a_restart_that_never_comes_back_fails_the_run_naming_the_step_and_write
     assert not out.exists() and not (tmp_path / "b.jsonl.state").exists()
 
 
+def test_an_agent_whose_stack_does_not_import_or_start_fails_the_run_naming_the_agent(tmp_path: Path) -> None:
+    """A stack that is missing or broken is a failed run (exit 3, which agent and which step), not a
+    usage mistake; a module that is not there at all is one (exit 2)."""
+    for spec, code, said in (
+        ("tests.scripted_broken_stack:agent", 3, "import: ModuleNotFoundError"),
+        ("tests.scripted_agents:no_such_factory", 2, "cannot import"),
+        ("tests.no_such_module:agent", 2, "cannot import"),
+    ):
+        proc = run_cli("record", "--agent", spec, "--suite", "builtin", "-o", str(tmp_path / "b.jsonl"))
+        assert proc.returncode == code and said in proc.stderr and spec in proc.stderr, (spec, proc.stderr)
+        assert not (tmp_path / "b.jsonl").exists()
+
+
 def test_recheck_mistakes_exit_2_before_any_agent_runs() -> None:
     for value, said in (
         ("reboot", "unknown event (known: compact, restart, turns-N)"),

@@ -40,7 +40,7 @@ from eu_audit.blackbox.contract import (
     ToolSpec,
     Turn,
 )
-from eu_audit.errors import BadInput, RunFailed
+from eu_audit.errors import BadInput, EuAuditError, RunFailed
 from eu_audit.http import HttpFailure, HttpStatus, TimedOut, TooLarge, Unreachable, request_json
 from eu_audit.registry import Registry
 
@@ -291,9 +291,24 @@ def python_agent(spec: str) -> AgentUnderTest:
         raise BadInput(f"--agent '{spec}': expected http://host:port or module:factory")
     try:
         factory: Any = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
+    except ModuleNotFoundError as exc:
+        # the module named is not there at all: a usage mistake
+        if exc.name and (
+            module == exc.name or module.startswith(exc.name + ".")
+        ):  # not there: a usage mistake
+            raise BadInput(f"--agent '{spec}': cannot import {module}:{attr} ({exc})") from None
+        # the agent's module is there and its own import failed (its stack is missing or broken)
+        raise AgentFailed(f"agent {spec}, import: {type(exc).__name__}: {exc}") from None
+    except AttributeError as exc:
         raise BadInput(f"--agent '{spec}': cannot import {module}:{attr} ({exc})") from None
-    agent = factory()
+    except Exception as exc:
+        raise AgentFailed(f"agent {spec}, import: {type(exc).__name__}: {exc}") from None
+    try:
+        agent = factory()
+    except EuAuditError:
+        raise
+    except Exception as exc:  # the agent did not start: a failed run, named
+        raise AgentFailed(f"agent {spec}, start ({attr}()): {type(exc).__name__}: {exc}") from None
     missing = [op for op in REQUIRED_OPS if not callable(getattr(agent, op, None))]
     if missing:
         raise BadInput(f"--agent '{spec}': {attr}() returned an object without {', '.join(missing)}")
