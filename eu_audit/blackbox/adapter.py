@@ -292,10 +292,8 @@ def python_agent(spec: str) -> AgentUnderTest:
     try:
         factory: Any = getattr(importlib.import_module(module), attr)
     except ModuleNotFoundError as exc:
-        # the module named is not there at all: a usage mistake
-        if exc.name and (
-            module == exc.name or module.startswith(exc.name + ".")
-        ):  # not there: a usage mistake
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            # the module named is not there at all: a usage mistake
             raise BadInput(f"--agent '{spec}': cannot import {module}:{attr} ({exc})") from None
         # the agent's module is there and its own import failed (its stack is missing or broken)
         raise AgentFailed(f"agent {spec}, import: {type(exc).__name__}: {exc}") from None
