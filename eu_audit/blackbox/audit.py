@@ -35,17 +35,18 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             st.choices.append(picked(e.answer, choice.choices or []) if choice else None)
     art = artifact_leak(trace, ep.tau, m)
     st.action_sinks = {k: len(v) for k, v in art.action.items()}
-    residue = combined(trace.residues)
-    score(st, Evidence("black", trace, m, art, st.probes, st.samples, st.choices, residue))
-    if residue is not None:
+    # the rules read every check (a forget that comes back fails them); the channel rows of the prompts
+    # and the dump are the checks right after the forget, and each recheck has a row of its own
+    score(st, Evidence("black", trace, m, art, st.probes, st.samples, st.choices, combined(trace.residues)))
+    if trace.residues:
+        first = trace.residues[0]
         st.residue = {
-            "context_tiers": residue.context_tiers,
-            "context_example": residue.context_example,
-            "store_tiers": residue.store_tiers,
-            "store_example": residue.store_example,
+            "context_tiers": first.context_tiers,
+            "context_example": first.context_example,
+            "store_tiers": first.store_tiers,
+            "store_example": first.store_example,
         }
         if len(trace.residues) > 1:
-            first = trace.residues[0]
             held_at_once = bool(first.context_calls_with_z or first.store_items_with_z)
             st.residue["after"] = {r.after: recheck_summary(r, held_at_once) for r in trace.residues[1:]}
     return st
