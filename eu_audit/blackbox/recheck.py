@@ -16,7 +16,8 @@ Each event gives the session one more residue record (``ResidueRecord.after``). 
 ``after.<event>`` names the event (``agent.after.restart==0``). An event the agent lacks (``restart``
 without the capability) is recorded as skipped with the reason: its figures are unknown, never clean.
 
-Register another event with ``@RECHECKS.register("name")`` on a ``Recheck``.
+Add another event with ``RECHECKS.add("name", Recheck(needs, run, doc))`` (or the entry-point group
+``eu_audit.rechecks``).
 """
 
 from __future__ import annotations
