@@ -369,3 +369,33 @@ def test_the_tiny_model_looping_under_greedy_decoding_is_cut_by_the_guard(tmp_pa
     last = entries(log)[-1]
     # the random model repeats itself long before 900 tokens; the guard ends it and says why
     assert last["finish"] == "repetition" and last["usage"]["completion_tokens"] < 900, last["usage"]
+
+
+TAXI = [{"type": "function", "function": {"name": "book_taxi", "parameters": {"properties": {"to": {}}}}}]
+
+
+def test_a_tool_call_the_request_requires_is_opened_for_the_model_and_a_choice_it_cannot_meet_is_a_400(
+    serve: tuple[str, Path, str],
+) -> None:
+    """OpenAI's ``tool_choice``: a named function is called (even by the random tiny model, whose reply
+    then holds that call), the choice is logged, and a choice the tools cannot meet is refused."""
+    url, log, _ = serve
+    named = {"type": "function", "function": {"name": "book_taxi"}}
+    body = {"model": "m", "max_tokens": 6, "messages": HI, "tools": TAXI, "tool_choice": named}
+    status, got = call(url, "/v1/chat/completions", body)
+    assert status == 200, got
+    calls = got["choices"][0]["message"]["tool_calls"]
+    assert calls and calls[0]["function"]["name"] == "book_taxi"
+    assert got["choices"][0]["finish_reason"] == "tool_calls"
+    assert entries(log)[-1]["tool_choice"] == "book_taxi"
+    for choice, said in (
+        ({"type": "function", "function": {"name": "fly"}}, "'fly' is not among the request's tools"),
+        ("always", "is not auto, none, required or a function"),
+    ):
+        status, got = call(url, "/v1/chat/completions", {**body, "tool_choice": choice})
+        assert (
+            status == 400 and "tool_choice" in got["error"]["message"] and said in got["error"]["message"]
+        ), got
+    no_tools = {"model": "m", "max_tokens": 2, "messages": HI, "tool_choice": "required"}
+    status, got = call(url, "/v1/chat/completions", no_tools)
+    assert status == 400 and "has no tools" in got["error"]["message"], got

@@ -58,6 +58,25 @@ def assistant_text(msg: dict[str, Any]) -> str:
     return text
 
 
+def forced_call(tool_choice: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None) -> str | None:
+    """The opening of the reply that OpenAI's ``tool_choice`` asks for, written for the model: a call
+    (``"required"``) or a call to the named function; None when the model chooses (``"auto"``, ``"none"``,
+    absent). A choice the request's tools cannot meet is refused (``BadInput``, naming the field)."""
+    if tool_choice in (None, "auto", "none"):
+        return None
+    names = [str((t.get("function") or t).get("name", "")) for t in tools or []]
+    if not names:
+        raise BadInput("field 'tool_choice': a tool call is asked for and the request has no tools")
+    if tool_choice == "required":
+        return '<tool_call>{"name": "'
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        name = str((tool_choice.get("function") or {}).get("name", ""))
+        if name not in names:
+            raise BadInput(f"field 'tool_choice': function {name!r} is not among the request's tools")
+        return '<tool_call>{"name": ' + json.dumps(name) + ', "arguments": '
+    raise BadInput(f"field 'tool_choice': {tool_choice!r} is not auto, none, required or a function")
+
+
 def split_reply(text: str) -> tuple[str, list[dict[str, Any]]]:
     """(content, OpenAI tool_calls) of a generated text."""
     calls = []

@@ -46,7 +46,7 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from eu_audit import __version__
-from eu_audit.blackbox.chat_segments import ChatSegments, Generations, split_reply
+from eu_audit.blackbox.chat_segments import ChatSegments, Generations, forced_call, split_reply
 from eu_audit.blackbox.serve_api import (
     CONTROL_HEADER,
     FORWARDED,
@@ -628,18 +628,30 @@ class Routes:
             call.log.update(reply=str(msg.get("content") or ""), tool_calls=msg.get("tool_calls") or [])
             call.log["usage"] = resp.get("usage") or {}
             return resp
+        tools = None if req.tool_choice == "none" else req.tools
         try:
-            segs = b.segments.render(messages, req.tools)
+            opening = forced_call(req.tool_choice, tools)
+            segs = b.segments.render(messages, tools)
+        except BadInput as exc:
+            raise Refused(400, str(exc)) from None
         except (AttributeError, TypeError) as exc:
             raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
+        # a call the request asks for is opened for the model: its reply's first tokens are the call's
+        forced = b.segments.encode(opening) if opening else []
+        if opening:
+            segs[-1] = segs[-1] + forced
+            choice = req.tool_choice
+            named = choice.get("function") or {} if isinstance(choice, dict) else {}
+            call.log["tool_choice"] = choice if isinstance(choice, str) else str(named.get("name"))
         budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
         ids, cached, prompt_n, finish = b.generate(
             segs, budget, sampling, call.stop_early, call.deadline, call.lane_name
         )
         finish = call.finish(finish)
-        text, calls = split_reply(b.text_of(ids))
+        body = forced + ids
+        text, calls = split_reply(b.text_of(body))
         shown = "length" if finish == "repetition" else finish
-        b.generations.remember(text, calls, ids)
+        b.generations.remember(text, calls, body)
         usage = _usage(prompt_n, cached, len(ids))
         call.log.update(reply=text, tool_calls=calls, usage=usage, finish=finish)
         message = {"role": "assistant", "content": text or None, "tool_calls": calls or None}

@@ -164,6 +164,8 @@ def _finite(value: float | None) -> float | None:
 class ChatRequest(_Open):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
+    #: OpenAI's: "auto" (the default), "none", "required", or {"type": "function", "function": {"name"}}
+    tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=10.0)
@@ -228,6 +230,7 @@ class LogEntry(BaseModel):
     error: str = ""
     messages: list[dict[str, Any]] | None = None
     tools: list[str] | None = None
+    tool_choice: str | None = None  # "required" or a function's name: the reply was opened as a call to it
     prompt_text: str | None = None
     segments: list[str] | None = None  # a token-id prompt's segments, each with its chat markers
     input: list[str] | None = None  # embedding inputs
