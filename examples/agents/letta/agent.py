@@ -95,7 +95,7 @@ class LettaAgent:
         self.meta = threading.Lock()
         self.server: subprocess.Popen[bytes] | None = None
         self.start_server()
-        self.client = Letta(base_url=f"http://127.0.0.1:{self.port}")
+        self.client = Letta(base_url=f"http://127.0.0.1:{self.port}", timeout=280)  # a turn may take calls
 
     # --- the Letta server, a process of its own ------------------------------------------------------
 
