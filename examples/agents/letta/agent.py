@@ -85,9 +85,12 @@ def _norm(text: str) -> str:
 
 
 class LettaAgent:
-    def __init__(self, data: Path, model: str, forget: str = "letta", letta_port: int = 8283) -> None:
+    def __init__(
+        self, data: Path, model: str, forget: str = "letta", letta_port: int = 8283, max_steps: int = 4
+    ) -> None:
         data.mkdir(parents=True, exist_ok=True)
         self.data, self.model, self.forget_mode, self.port = data, model, forget, letta_port
+        self.max_steps = max_steps
         self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
         self.bases: dict[str, str] = {}
         self.tenants: dict[str, dict[str, Any]] = self._load()  # tenant -> human block id, agent ids
@@ -196,7 +199,9 @@ class LettaAgent:
         text = body.content if body.role == "user" else f"Tool result ({body.name}): {body.content}"
         got = self.letta(
             "agents.messages.create",
-            lambda: self.client.agents.messages.create(sid, messages=[{"role": "user", "content": text}]),
+            lambda: self.client.agents.messages.create(
+                sid, messages=[{"role": "user", "content": text}], max_steps=self.max_steps
+            ),
         )
         said = [str(m.content) for m in got.messages if getattr(m, "message_type", "") == "assistant_message"]
         return {"text": "\n".join(said), "actions": []}
@@ -327,8 +332,17 @@ def main() -> None:
     )
     ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
     ap.add_argument("--forget", choices=["letta", "none"], default="letta")
+    ap.add_argument(
+        "--max-steps",
+        type=int,
+        default=4,
+        help="Letta's own cap on the steps of one turn (max_steps): a model that cannot drive Letta's tools "
+        "(it calls tools Letta lacks) ends its turn, unanswered, instead of looping until a timeout",
+    )
     args = ap.parse_args()
-    agent = LettaAgent(args.data, args.model, forget=args.forget, letta_port=args.letta_port)
+    agent = LettaAgent(
+        args.data, args.model, forget=args.forget, letta_port=args.letta_port, max_steps=args.max_steps
+    )
     try:
         uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
     finally:
