@@ -55,7 +55,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
 def combined(records: list[ResidueRecord]) -> ResidueRecord | None:
     """One residue over the first check and every recheck (``--recheck``): z found after any event counts
     as z found, so a forget that comes back fails ``residue_context`` and ``residue_store``. Tiers say
-    where; the first record's examples come first."""
+    where; the quoted places are the first record's when it has them."""
     if not records:
         return None
     first, ran = records[0], [r for r in records if not r.skipped]
