@@ -399,3 +399,16 @@ def test_a_tool_call_the_request_requires_is_opened_for_the_model_and_a_choice_i
     no_tools = {"model": "m", "max_tokens": 2, "messages": HI, "tool_choice": "required"}
     status, got = call(url, "/v1/chat/completions", no_tools)
     assert status == 400 and "has no tools" in got["error"]["message"], got
+
+
+def test_serve_never_answers_a_call_whose_name_it_would_refuse_when_echoed_back() -> None:
+    """A sampled small model can write a 'function name' of hundreds of characters; sent back in the
+    conversation, a request carrying it is refused (the name's bound). So it is not returned as a call."""
+    from eu_audit.blackbox.chat_segments import split_reply
+    from eu_audit.blackbox.serve_api import MAX_FUNCTION_NAME
+
+    fine = '<tool_call>{"name": "book_taxi", "arguments": {"to": "x"}}</tool_call>'
+    long = '<tool_call>{"name": "' + "I am a tool_" * 40 + '", "arguments": {}}</tool_call>'
+    assert [c["function"]["name"] for c in split_reply(fine)[1]] == ["book_taxi"]
+    content, calls = split_reply(long)
+    assert calls == [] and len("I am a tool_" * 40) > MAX_FUNCTION_NAME and "I am a tool_" in content

@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from eu_audit.blackbox.serve_api import MAX_FUNCTION_NAME
 from eu_audit.errors import BadInput
 from eu_audit.runtime.chat import ChatFormat
 from eu_audit.runtime.tools import parse_tool_calls
@@ -81,7 +82,8 @@ def split_reply(text: str) -> tuple[str, list[dict[str, Any]]]:
     """(content, OpenAI tool_calls) of a generated text."""
     calls = []
     for k, (name, args, _raw) in enumerate(parse_tool_calls(text)):
-        if name:
+        # a name longer than a request may carry is not a call: echoed back, it would be refused
+        if name and len(name) <= MAX_FUNCTION_NAME:
             calls.append(
                 {
                     "id": f"call_{k}",

@@ -136,8 +136,12 @@ class ContentPart(_Open):
     text: str = ""
 
 
+#: the longest function name a request may carry; serve never answers with a longer one (chat_segments)
+MAX_FUNCTION_NAME = 200
+
+
 class FunctionCall(_Open):
-    name: str = Field(max_length=200)
+    name: str = Field(max_length=MAX_FUNCTION_NAME)
     arguments: str | dict[str, Any] = "{}"
 
 
