@@ -108,8 +108,9 @@ class LettaAgent:
         env = {**os.environ, "HOME": str(home), "OPENAI_API_KEY": "none", "LETTA_TELEMETRY_DISABLED": "true"}
         letta = Path(sys.executable).with_name("letta")
         log = open(self.data / "letta-server.log", "ab")  # noqa: SIM115 (the server's lifetime)
+        # cwd: the server writes files (its OpenAPI schema) where it runs
         self.server = subprocess.Popen(
-            [str(letta), "server", "--port", str(self.port)], env=env, stdout=log, stderr=log
+            [str(letta), "server", "--port", str(self.port)], env=env, stdout=log, stderr=log, cwd=home
         )
         deadline = time.time() + 180
         while time.time() < deadline:
