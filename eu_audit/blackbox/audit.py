@@ -53,9 +53,9 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
 
 
 def combined(records: list[ResidueRecord]) -> ResidueRecord | None:
-    """One residue over the first check and every recheck (``--recheck``): z found after any event counts
-    as z found, so a forget that comes back fails ``residue_context`` and ``residue_store``. Tiers say
-    where; the quoted places are the first record's when it has them."""
+    """The counts the residue rules read, over the first check and every recheck (``--recheck``): z found
+    after any event counts as z found, so a forget that comes back fails ``residue_context`` and
+    ``residue_store``. Where z was stays per record (the channel rows)."""
     if not records:
         return None
     first, ran = records[0], [r for r in records if not r.skipped]
@@ -64,23 +64,12 @@ def combined(records: list[ResidueRecord]) -> ResidueRecord | None:
         known = [getattr(r, name) for r in ran if getattr(r, name) is not None]
         return sum(known) if known and getattr(first, name) is not None else getattr(first, name)
 
-    ctx_tiers: dict[str, int] = {}
-    store_tiers: dict[str, int] = {}
-    for r in ran:
-        for tier, n in r.context_tiers.items():
-            ctx_tiers[tier] = ctx_tiers.get(tier, 0) + n
-        for tier, n in r.store_tiers.items():  # a dump is a snapshot: the most any one held
-            store_tiers[tier] = max(store_tiers.get(tier, 0), n)
     stored = [r.store_items_with_z for r in ran if r.store_items_with_z is not None]
     return first.model_copy(
         update={
             "context_calls": total("context_calls"),
             "context_calls_with_z": total("context_calls_with_z"),
-            "context_tiers": ctx_tiers,
-            "context_example": next((r.context_example for r in ran if r.context_example), ""),
             "store_items_with_z": max(stored) if stored and first.store_items is not None else None,
-            "store_tiers": store_tiers,
-            "store_example": next((r.store_example for r in ran if r.store_example), ""),
         }
     )
 

@@ -42,6 +42,7 @@ from eu_audit.blackbox.contract import (
     ForgetRequest,
     MemoryRecord,
     Message,
+    StoreDump,
     ToolSpec,
     Turn,
 )
@@ -432,11 +433,7 @@ class Driver:
                 answers = recheck(name)[0].run(self, name)
             finally:
                 self.serve.unmark()
-            dump = (
-                self.call(f"episode {self.ep.id}, {self.sid}, recheck {name}, dump", self._dump)
-                if self.caps.store_dump
-                else None
-            )
+            dump = self.dump(f"recheck {name}, ")
             holding = [a for a in answers if matcher.found_in(a)]
             out.append(
                 store_residue(self.sid, dump, matcher).model_copy(
@@ -450,8 +447,14 @@ class Driver:
             )
         return out
 
-    def _dump(self) -> Any:
-        return self.agent.dump(self.tenant)
+    def dump(self, when: str = "") -> StoreDump | None:
+        """The agent's store dump for the tenant (None: it offers none)."""
+        if not self.caps.store_dump:
+            return None
+        dumped: StoreDump = self.call(
+            f"episode {self.ep.id}, {self.sid}, {when}dump", lambda: self.agent.dump(self.tenant)
+        )
+        return dumped
 
     def probe_session(self, what: str) -> tuple[str, Literal["fork", "fresh session"]]:
         if self.caps.fork:
@@ -581,7 +584,7 @@ def run_tenant(
         d.step(t, step)
     elicitations = d.elicit()
     serve.unmark()  # what the agent does after this (its dump, another tenant) is not this tenant's
-    dump = d.call(f"episode {ep.id}, {d.sid}, dump", lambda: agent.dump(tenant)) if caps.store_dump else None
+    dump = d.dump()
     session = SessionRecord(
         session_id=d.sid,
         episode_id=ep.id,

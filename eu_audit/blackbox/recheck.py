@@ -7,7 +7,7 @@ fact from the transcript a few turns on. ``record --agent --recheck restart,comp
 events in that order on the agent's tenant, after its probes and its first dump, and after each one
 checks again:
 
-- the prompts its model received during the event (serve's log, marked ``recheck:<event>``),
+- the prompts its model received during the event (serve's log, marked phase ``recheck`` and the event),
 - what it answered in the event's turns,
 - its store dump.
 
@@ -16,7 +16,7 @@ Each event gives the session one more residue record (``ResidueRecord.after``). 
 ``after.<event>`` names the event (``agent.after.restart==0``). An event the agent lacks (``restart``
 without the capability) is recorded as skipped with the reason: its figures are unknown, never clean.
 
-Add another event with ``RECHECKS.add("name", Recheck(needs, run, doc))`` (or the entry-point group
+Add another event with ``RECHECKS.add("name", Recheck(needs, run))`` (or the entry-point group
 ``eu_audit.rechecks``).
 """
 
@@ -67,7 +67,6 @@ class Recheck:
 
     needs: str | None
     run: Callable[[Target, str], list[str]]  # (tenant, the event's name) -> the answers it drew
-    doc: str
 
 
 RECHECKS: Registry[Recheck] = Registry("rechecks")
@@ -83,11 +82,8 @@ def _compact(target: Target, name: str) -> list[str]:
     return [turn.text, *target.say(name, SMALL_TALK[1])]
 
 
-RECHECKS.add(
-    "restart",
-    Recheck("restart", _restart, "the agent reloads the tenant from what it persisted, then one turn"),
-)
-RECHECKS.add("compact", Recheck("compact", _compact, "the agent's own compaction, then one turn"))
+RECHECKS.add("restart", Recheck("restart", _restart))  # the agent reloads what it persisted, then a turn
+RECHECKS.add("compact", Recheck("compact", _compact))  # the agent's own compaction, then a turn
 
 
 def recheck(name: str) -> tuple[Recheck, int]:
@@ -97,7 +93,7 @@ def recheck(name: str) -> tuple[Recheck, int]:
         n = int(m.group(1))
         if not 1 <= n <= MAX_TURNS:
             raise BadInput(f"--recheck {name}: N must be between 1 and {MAX_TURNS}")
-        return Recheck(None, _turns, f"{n} turns of unrelated conversation"), n
+        return Recheck(None, _turns), n  # n turns of unrelated conversation
     try:
         return RECHECKS.get(name), 0
     except BadInput:
