@@ -401,6 +401,44 @@ def test_a_tool_call_the_request_requires_is_opened_for_the_model_and_a_choice_i
     assert status == 400 and "has no tools" in got["error"]["message"], got
 
 
+def test_a_required_call_names_one_of_the_offered_functions_whatever_the_model_begins(
+    serve: tuple[str, Path, str],
+) -> None:
+    """``tool_choice: "required"`` promises a call to one of the request's functions (Letta's loop
+    refuses a turn without one): the random tiny model begins no offered name, and its reply still calls
+    one; the log keeps what it began and what it was given."""
+    url, log, _ = serve
+    two = [*TAXI, {"type": "function", "function": {"name": "send_message", "parameters": {}}}]
+    body = {"model": "m", "max_tokens": 6, "messages": HI, "tools": two, "tool_choice": "required"}
+    status, got = call(url, "/v1/chat/completions", body)
+    assert status == 200, got
+    calls = got["choices"][0]["message"]["tool_calls"]
+    assert calls and calls[0]["function"]["name"] in {"book_taxi", "send_message"}
+    last = entries(log)[-1]
+    assert last["tool_choice"] == "required"
+    assert last["named_call"]["named"] == calls[0]["function"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("began", "named"),
+    [
+        ("send_message", "send_message"),  # a name it finished
+        ('send_message", "argu', "send_message"),
+        ("send_mess", "send_message"),  # cut off: the offered name it began
+        ("conversation_sea", "conversation_search"),
+        ("apple-3-1-2-2-3-00", "send_message"),  # begins none: the first offered
+        ("", "send_message"),
+    ],
+)
+def test_a_forced_call_is_given_the_offered_name_the_model_began(began: str, named: str) -> None:
+    from eu_audit.blackbox.chat_segments import offered_name, still_naming
+
+    names = ["send_message", "conversation_search", "core_memory_append"]
+    assert offered_name(began, names) == named
+    assert still_naming("send_", names) and not still_naming("apple", names)
+    assert not still_naming('send_message"', names)  # the name closed
+
+
 def test_serve_never_answers_a_call_whose_name_it_would_refuse_when_echoed_back() -> None:
     """A sampled small model can write a 'function name' of hundreds of characters; sent back in the
     conversation, a request carrying it is refused (the name's bound). So it is not returned as a call."""

@@ -14,6 +14,7 @@ split differently.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -59,6 +60,15 @@ def assistant_text(msg: dict[str, Any]) -> str:
     return text
 
 
+#: how a forced call opens before its function is named (``tool_choice: "required"``)
+CALL_OPENING = '<tool_call>{"name": "'
+
+
+def call_opening(name: str) -> str:
+    """The opening of a call to ``name``: the model writes its arguments from here."""
+    return '<tool_call>{"name": ' + json.dumps(name) + ', "arguments": '
+
+
 def forced_call(tool_choice: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None) -> str | None:
     """The opening of the reply that OpenAI's ``tool_choice`` asks for, written for the model: a call
     (``"required"``) or a call to the named function; None when the model chooses (``"auto"``, ``"none"``,
@@ -69,13 +79,30 @@ def forced_call(tool_choice: str | dict[str, Any] | None, tools: list[dict[str, 
     if not names:
         raise BadInput("field 'tool_choice': a tool call is asked for and the request has no tools")
     if tool_choice == "required":
-        return '<tool_call>{"name": "'
+        return CALL_OPENING
     if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
         name = str((tool_choice.get("function") or {}).get("name", ""))
         if name not in names:
             raise BadInput(f"field 'tool_choice': function {name!r} is not among the request's tools")
-        return '<tool_call>{"name": ' + json.dumps(name) + ', "arguments": '
+        return call_opening(name)
     raise BadInput(f"field 'tool_choice': {tool_choice!r} is not auto, none, required or a function")
+
+
+def still_naming(began: str, names: list[str]) -> bool:
+    """Whether the name the model has begun after ``CALL_OPENING`` can still become one of ``names``."""
+    return '"' not in began and any(n.startswith(began) for n in names)
+
+
+def offered_name(began: str, names: list[str]) -> str:
+    """The offered function a forced call names, from the name the model began: that name when it is one
+    of ``names``; otherwise the offered name sharing the longest start with it (the first offered one on a
+    tie). OpenAI's ``required`` promises a call to one of the request's functions, so a name the model
+    invents (a small model at temperature 0.7 does) is never what the reply carries."""
+    began = began.split('"')[0]
+    if began in names:
+        return began
+    # commonprefix compares character by character, which is what the start of a name is
+    return max(names, key=lambda n: (len(os.path.commonprefix([n, began])), -names.index(n)))  # noqa: RUF071
 
 
 def split_reply(text: str) -> tuple[str, list[dict[str, Any]]]:

@@ -46,11 +46,21 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from eu_audit import __version__
-from eu_audit.blackbox.chat_segments import ChatSegments, Generations, forced_call, split_reply
+from eu_audit.blackbox.chat_segments import (
+    CALL_OPENING,
+    ChatSegments,
+    Generations,
+    call_opening,
+    forced_call,
+    offered_name,
+    split_reply,
+    still_naming,
+)
 from eu_audit.blackbox.serve_api import (
     CONTROL_HEADER,
     FORWARDED,
     LANE_PATTERN,
+    MAX_FUNCTION_NAME,
     ChatRequest,
     CompletionRequest,
     DecodingRequest,
@@ -636,6 +646,8 @@ class Routes:
             raise Refused(400, str(exc)) from None
         except (AttributeError, TypeError) as exc:
             raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
+        if opening and req.tool_choice == "required":  # which function: the model begins, serve holds it
+            opening = self._name_the_call(segs, list(call.log["tools"]), sampling, call)
         # a call the request asks for is opened for the model: its reply's first tokens are the call's
         forced = b.segments.encode(opening) if opening else []
         if opening:
@@ -664,6 +676,29 @@ class Routes:
             "choices": [choice],
             "usage": usage,
         }
+
+    def _name_the_call(self, segs: list[list[int]], names: list[str], sampling: Sampling, call: Call) -> str:
+        """``tool_choice: "required"``: the model writes the function's name after the call's opening,
+        stopped as soon as it can no longer become an offered name; the reply then names the offered
+        function it began (``offered_name``) and the model writes the arguments. What it began and what
+        was named are logged (``named_call``)."""
+        b = self.backend
+        assert b.engine is not None
+        tokenizer = b.engine.tokenizer
+        opened = [*segs[:-1], segs[-1] + b.segments.encode(CALL_OPENING)]
+        longest = max(len(b.segments.encode(n)) for n in names) + 2
+        budget = b.budget(opened, longest, self.limits.max_tokens)
+
+        def named_or_astray(tokens: Sequence[int]) -> bool:
+            began = str(tokenizer.decode(list(tokens), skip_special_tokens=True))
+            # cancellation only: the repetition guard is for the answer, and would stay tripped for it
+            return call.cancelled() or not still_naming(began, names)
+
+        ids, _, _, _ = b.generate(opened, budget, sampling, named_or_astray, call.deadline, call.lane_name)
+        began = str(tokenizer.decode(ids, skip_special_tokens=True)).split('"')[0]
+        name = offered_name(began, names)
+        call.log["named_call"] = {"began": began[:MAX_FUNCTION_NAME], "named": name}
+        return call_opening(name)
 
     def _prompt_segments(self, req: CompletionRequest) -> tuple[list[int], list[list[int]]]:
         prompt = req.prompt

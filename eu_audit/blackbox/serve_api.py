@@ -235,6 +235,8 @@ class LogEntry(BaseModel):
     messages: list[dict[str, Any]] | None = None
     tools: list[str] | None = None
     tool_choice: str | None = None  # "required" or a function's name: the reply was opened as a call to it
+    #: under "required": the name the model began and the offered function the call was given
+    named_call: dict[str, str] | None = None
     prompt_text: str | None = None
     segments: list[str] | None = None  # a token-id prompt's segments, each with its chat markers
     input: list[str] | None = None  # embedding inputs
