@@ -240,6 +240,24 @@ def no_coming_back() -> JournalAgent:
     return NoComingBack(rewrite=True)
 
 
+class IndexAgent(JournalAgent):
+    """Serves from an index it derives from its rows (the journal), as a vector index over a table. Its
+    forget deletes the target's entries from the index; with ``rewrite`` it deletes the rows too. Its
+    ``reindex`` rebuilds the index from the rows, as a stack's scheduled re-index would: without
+    ``rewrite`` that brings z back. It claims no restart."""
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(name="index", memory_inject=True, store_dump=True, reindex=True)
+
+    def reindex(self, tenant: str) -> None:
+        self.notes[tenant] = list(self.journal.get(tenant, []))
+
+
+def stale_index() -> IndexAgent:
+    """Its forget passes at once and comes back after a re-index."""
+    return IndexAgent(rewrite=False)
+
+
 def naive() -> NotebookAgent:
     return NotebookAgent(thorough=False)
 

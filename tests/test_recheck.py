@@ -88,6 +88,19 @@ def test_an_event_the_agent_lacks_is_not_measured_never_clean(tmp_path: Path) ->
     )
 
 
+def test_a_reindex_that_rebuilds_from_rows_the_forget_left_brings_z_back(tmp_path: Path) -> None:
+    """The forget deleted the index entries and left the rows: passes at once, fails after the stack's own
+    re-index; the restart this agent does not offer is not measured."""
+    _, rep = run(tmp_path, "stale_index", recheck=("restart", "reindex"))
+    got = by_name(rep)
+    assert got["after.restart"]["unknown"] == 2
+    assert got["after.reindex"]["leaked"] == 2
+    verdict = outcomes(rep, ["agent.residue_store==0", "agent.after.reindex==0"])
+    assert verdict == {"agent.residue_store==0": "failed", "agent.after.reindex==0": "failed"}
+    said = "\n".join(residue_lines(rep))
+    assert "after reindex: z came back in 2, held in 2 of 2 sessions (answers, store)" in said
+
+
 def test_the_prompts_of_a_recheck_are_its_own_events_calls() -> None:
     """Each residue record counts the calls serve logged under its own mark: the first record the
     post-forget phases, a recheck's record only the calls marked with its event."""
@@ -152,7 +165,7 @@ def test_an_agent_whose_stack_does_not_import_or_start_fails_the_run_naming_the_
 
 def test_recheck_mistakes_exit_2_before_any_agent_runs() -> None:
     for value, said in (
-        ("reboot", "unknown event (known: compact, restart, turns-N)"),
+        ("reboot", "unknown event (known: compact, reindex, restart, turns-N)"),
         ("turns-0", "N must be between 1 and 50"),
         ("restart,restart", "restart named twice"),
     ):

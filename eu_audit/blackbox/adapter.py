@@ -97,6 +97,8 @@ class AgentUnderTest(Protocol):
 
     def restart(self, tenant: str) -> None: ...
 
+    def reindex(self, tenant: str) -> None: ...
+
 
 class AgentUnreachable(BadInput):
     """Nothing answers at the agent's address, or it lacks a required endpoint (exit 2)."""
@@ -202,6 +204,9 @@ class HttpAgent:
     def restart(self, tenant: str) -> None:
         self._op("restart", tenant)
 
+    def reindex(self, tenant: str) -> None:
+        self._op("reindex", tenant)
+
 
 class InProcessAgent:
     """An agent object in the harness's process, held to the same bounds as an HTTP one: each call runs
@@ -275,6 +280,9 @@ class InProcessAgent:
 
     def restart(self, tenant: str) -> None:
         self._run("restart", tenant)
+
+    def reindex(self, tenant: str) -> None:
+        self._run("reindex", tenant)
 
 
 #: adapter kind -> factory from the part after ``kind:`` (or the whole URL for http / https)

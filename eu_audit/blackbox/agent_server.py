@@ -81,6 +81,10 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         optional("restart", tenant)
         return Ok()
 
+    def reindex(tenant: str) -> Ok:
+        optional("reindex", tenant)
+        return Ok()
+
     handlers: dict[str, Callable[..., Any]] = {
         "capabilities": capabilities,
         "start": start,
@@ -92,6 +96,7 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         "reset": reset,
         "dump": dump,
         "restart": restart,
+        "reindex": reindex,
     }
     assert set(handlers) == set(BY_OP), "every endpoint of the contract has one handler"
     for e in ENDPOINTS:  # paths, verbs and answers from the contract's one table

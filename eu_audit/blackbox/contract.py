@@ -16,6 +16,7 @@ An agent serves, on its own base URL:
 | ``POST /eu-audit/v1/tenants/{tenant}/reset`` |  | ``Ok`` |
 | ``GET /eu-audit/v1/tenants/{tenant}/dump`` (optional: ``store_dump``) |  | ``StoreDump`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/restart`` (optional: ``restart``) |  | ``Ok`` |
+| ``POST /eu-audit/v1/tenants/{tenant}/reindex`` (optional: ``reindex``) |  | ``Ok`` |
 
 Path ids are percent-encoded, one segment each (the harness names tenants with letters, digits and
 ``-``; an agent that lets a session id hold ``/`` must match it whole, as ``eu-audit agent`` does).
@@ -53,6 +54,10 @@ What each call means (what a stranger would otherwise have to guess):
   fresh process would. Session ids stay valid (the session is loaded back by its id). Only an agent
   that persists its sessions should claim it; ``record --agent --recheck restart`` then asks whether a
   forget survives the restart (a write-behind cache, a journal or a late writer can bring z back).
+- ``reindex(tenant)``: the stack's own re-index or re-sync now, as its scheduled job would run it: rebuild
+  what it derives from the records it keeps (embeddings and vector index, search tables, graph
+  communities and summaries). Only a stack that has such a job should claim it; ``--recheck reindex``
+  then asks whether the rebuild brings z back from a source the forget left.
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ class Capabilities(_Model):
     #: (what lets the harness drive tenants at the same time: ``record --agent --concurrency N``)
     tenant_model_url: bool = False
     restart: bool = False  # the agent reloads a tenant from what it persisted, as a new process would
+    reindex: bool = False  # the agent rebuilds a tenant's derived indexes from its records when told
 
 
 class ToolSpec(_Model):
@@ -194,6 +200,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("reset", "POST", "/tenants/{tenant}/reset", None, Ok),
     Endpoint("dump", "GET", "/tenants/{tenant}/dump", None, StoreDump, "store_dump"),
     Endpoint("restart", "POST", "/tenants/{tenant}/restart", None, Ok, "restart"),
+    Endpoint("reindex", "POST", "/tenants/{tenant}/reindex", None, Ok, "reindex"),
 )
 BY_OP = {e.op: e for e in ENDPOINTS}
 REQUIRED_OPS = tuple(e.op for e in ENDPOINTS if e.required)

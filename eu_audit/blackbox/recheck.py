@@ -3,9 +3,9 @@ checks as the forget itself.
 
 A forget can pass at once and fail later: a write-behind cache or a journal that a restart loads back, a
 compaction that re-summarises rows the forget left in a history table, a memory extractor that re-adds a
-fact from the transcript a few turns on. ``record --agent --recheck restart,compact,turns-3`` runs the
-events in that order on the agent's tenant, after its probes and its first dump, and after each one
-checks again:
+fact from the transcript a few turns on, a re-index that rebuilds a deleted vector from the row it came
+from. ``record --agent --recheck restart,compact,reindex,turns-3`` runs the events in that order on the
+agent's tenant, after its probes and its first dump, and after each one checks again:
 
 - the prompts its model received during the event (serve's log, marked phase ``recheck`` and the event),
 - what it answered in the event's turns,
@@ -82,8 +82,14 @@ def _compact(target: Target, name: str) -> list[str]:
     return [turn.text, *target.say(name, SMALL_TALK[1])]
 
 
+def _reindex(target: Target, name: str) -> list[str]:
+    target.call(f"recheck {name}", lambda: target.agent.reindex(target.tenant))
+    return target.say(name, SMALL_TALK[2])  # a turn after it: what the rebuilt index feeds the model
+
+
 RECHECKS.add("restart", Recheck("restart", _restart))  # the agent reloads what it persisted, then a turn
 RECHECKS.add("compact", Recheck("compact", _compact))  # the agent's own compaction, then a turn
+RECHECKS.add("reindex", Recheck("reindex", _reindex))  # the stack's re-index / re-sync, then a turn
 
 
 def recheck(name: str) -> tuple[Recheck, int]:

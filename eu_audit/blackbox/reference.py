@@ -299,6 +299,10 @@ class ReferenceAgent:
         restart would lose them rather than load them back (``capabilities().restart`` is false)."""
         raise NotImplementedError("restart")
 
+    def reindex(self, tenant: str) -> None:
+        """Not offered: it derives no index from its records (its memory is searched as stored)."""
+        raise NotImplementedError("reindex")
+
     def dump(self, tenant: str) -> StoreDump:
         """The tenant's persistent memory and every session's context (what the agent keeps)."""
         with self._tenant(tenant):

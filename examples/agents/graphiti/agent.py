@@ -7,7 +7,8 @@ The shape Graphiti's documentation teaches: every exchange is added as an *episo
 (``Graphiti.search``, hybrid BM25 + embeddings) for facts relevant to the message and puts them in the
 system prompt. Its forget is Graphiti's documented deletion: ``remove_episode`` of every episode that
 carries the target, which deletes the edges and nodes only that episode supports and rebuilds the
-summaries of the nodes that remain.
+summaries of the nodes that remain. Its re-sync (the contract's ``reindex``) is Graphiti's
+``build_communities``, which writes a summary per cluster of the entities that remain.
 
 Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``) and sends its
 model calls and embeddings to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit
@@ -297,6 +298,13 @@ class GraphitiAgent:
             self.sessions.update(saved)
         return {"ok": True}
 
+    def reindex(self, tenant: str) -> dict[str, Any]:
+        """Graphiti's own re-sync: ``build_communities`` clusters the entities the graph still holds and
+        has the LLM write a summary for each community (Graphiti's periodic maintenance job)."""
+        g = self.graph(tenant)
+        self.graphiti("build_communities", g.build_communities())
+        return {"ok": True}
+
     def dump(self, tenant: str) -> dict[str, Any]:
         """Every text the graph keeps for the tenant (episodes, entity names and summaries, facts on
         edges, communities), and the conversations."""
@@ -343,7 +351,8 @@ def create_app(agent: GraphitiAgent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "graphiti-kuzu-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "tenant_model_url": True, "restart": True}  # fmt: skip
+                "store_dump": True, "tenant_model_url": True, "restart": True,
+                "reindex": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -353,6 +362,7 @@ def create_app(agent: GraphitiAgent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
     app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
+    app.post(p + "/tenants/{tenant}/reindex")(locked(agent.reindex))
     return app
 
 
