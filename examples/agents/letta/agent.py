@@ -28,6 +28,7 @@ import functools
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -107,6 +108,15 @@ class LettaAgent:
         home.mkdir(exist_ok=True)
         env = {**os.environ, "HOME": str(home), "OPENAI_API_KEY": "none", "LETTA_TELEMETRY_DISABLED": "true"}
         letta = Path(sys.executable).with_name("letta")
+        health = f"http://127.0.0.1:{self.port}/v1/health/"
+        try:  # a server left on the port (another run's) would answer in ours' place, with its own data
+            urllib.request.urlopen(health, timeout=2)
+        except OSError:
+            pass
+        else:
+            raise RuntimeError(
+                f"port {self.port} already answers as a Letta server: stop it or pass --letta-port"
+            )
         log = open(self.data / "letta-server.log", "ab")  # noqa: SIM115 (the server's lifetime)
         # cwd: the server writes files (its OpenAPI schema) where it runs
         self.server = subprocess.Popen(
@@ -115,7 +125,7 @@ class LettaAgent:
         deadline = time.time() + 180
         while time.time() < deadline:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/health/", timeout=2)
+                urllib.request.urlopen(health, timeout=2)
                 return
             except OSError:
                 if self.server.poll() is not None:
@@ -344,6 +354,9 @@ def main() -> None:
     agent = LettaAgent(
         args.data, args.model, forget=args.forget, letta_port=args.letta_port, max_steps=args.max_steps
     )
+    # uvicorn re-raises the SIGTERM it shut down on; with the default action the process would die there,
+    # before the `finally`, and leave the Letta server running on its port
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
     finally:
