@@ -93,3 +93,23 @@ def test_the_ci_examples_are_valid_workflows_naming_only_options_that_exist() ->
             helps[name] = run(name, "--help").stdout
         for opt in (t.split("=")[0] for t in cmd[2:] if t.startswith("--")):
             assert opt in helps[name], f"eu-audit {name} has no {opt}"
+
+
+def test_without_a_terminal_progress_is_plain_lines_not_a_silent_bar(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a CI log a bar cannot draw: a half-hour record must still say how far it is."""
+    import importlib
+
+    from rich.console import Console
+
+    cli_app = importlib.import_module("eu_audit.cli.app")  # the package exports the Typer app as `app`
+
+    monkeypatch.setattr(cli_app, "err", Console(stderr=True, force_terminal=False))
+    with cli_app.progress_bar() as report:
+        for done, what in enumerate(["s0/agent", "s0/b5", "s1/agent"], start=1):
+            report(what, done, 4)
+        report("written", 4, 4)
+    lines = capsys.readouterr().err.splitlines()
+    # the first unit, then nothing within the interval, then the end
+    assert lines == ["[0:00] 1/4 s0/agent", "[0:00] 4/4 written"]

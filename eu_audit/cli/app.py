@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,9 +44,18 @@ def say(console: Console, *parts: str | Text) -> None:
     console.print(Text.assemble(*parts), highlight=False)
 
 
+#: without a terminal (CI logs, ``> file``) progress is printed as plain lines, at most one per this many s
+PLAIN_PROGRESS_EVERY_S = 15.0
+
+
 @contextlib.contextmanager
 def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
-    """A Rich progress bar on stderr; yields the ``progress(what, done, total)`` callback."""
+    """A Rich progress bar on stderr; yields the ``progress(what, done, total)`` callback. When stderr is not
+    a terminal a bar cannot draw, and a long run would print nothing for half an hour: there the progress
+    is one plain line when work completes, at most every ``PLAIN_PROGRESS_EVERY_S`` and at the end."""
+    if not err.is_terminal:
+        yield _plain_progress()
+        return
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -63,6 +73,22 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
             prog.update(task, description=escape(what), completed=done, total=total)
 
         yield report
+
+
+def _plain_progress() -> Callable[[str, int, int], None]:
+    start = time.monotonic()
+    last = {"at": -PLAIN_PROGRESS_EVERY_S, "done": -1}
+
+    def report(what: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        finished = total > 0 and done >= total
+        if done == last["done"] or not (finished or now - last["at"] >= PLAIN_PROGRESS_EVERY_S):
+            return
+        last.update(at=now, done=done)
+        elapsed = int(now - start)
+        say(err, f"[{elapsed // 60}:{elapsed % 60:02d}] {done}/{total} {what}")
+
+    return report
 
 
 def _version(value: bool) -> None:

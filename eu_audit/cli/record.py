@@ -134,9 +134,9 @@ RecordRecheck = Annotated[
     typer.Option(
         help="With --agent: events after the forget, in order, each followed by the checks again "
         "(prompts, answers, store dump), so a forget that comes back fails: restart (the agent's "
-        "`restart`: it reloads the tenant from what it persisted), compact (its own compaction), turns-N "
-        "(N turns of unrelated conversation). E.g. --recheck restart,compact,turns-3. An event the agent "
-        "lacks is reported as not measured.",
+        "`restart`: it reloads the tenant from what it persisted), compact (its own compaction), reindex "
+        "(its stack's re-index or re-sync), turns-N (N turns of unrelated conversation). "
+        "E.g. --recheck restart,compact,turns-3. An event the agent lacks is reported as not measured.",
     ),
 ]
 
