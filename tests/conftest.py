@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from eu_audit.bundle.io import Bundle
 from eu_audit.episodes import Episode
 from eu_audit.runtime.models import FAST_MODEL, TINY_MODEL, LoadedModel, load_model
-from eu_audit.suites import load_suite
+from eu_audit.suites import load_episodes, load_suite
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +20,16 @@ def tiny() -> LoadedModel:
 def smol() -> LoadedModel:
     """SmolLM2-135M-Instruct: the fast real model."""
     return load_model(FAST_MODEL)
+
+
+@pytest.fixture(scope="session")
+def smol_all(smol: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Bundle, Bundle]:
+    """The built-in suite on SmolLM2, greedy, every method: (recorded path, recorded, unlearned bundle at
+    ``recorded path``'s folder / out.jsonl). One recording for every test that reads it."""
+    from .helpers import record_and_unlearn
+
+    eps = load_episodes(Path(__file__).parent.parent / "suites" / "builtin.jsonl")
+    return record_and_unlearn(smol, tmp_path_factory.mktemp("smol"), eps, ["all"])
 
 
 @pytest.fixture(scope="session")

@@ -14,13 +14,29 @@ from pathlib import Path
 
 import torch
 
+from eu_audit.bundle.io import Bundle, read_bundle
 from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode
+from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.agent import Agent, AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace.records import SinkPolicy
+from eu_audit.unlearn import unlearn
+
+
+def record_and_unlearn(
+    loaded: LoadedModel, tmp: Path, episodes: list[Episode], methods: list[str], **opts: object
+) -> tuple[Path, Bundle, Bundle]:
+    """Record ``episodes`` on ``loaded`` into ``tmp``, apply ``methods``: (recorded path, recorded bundle,
+    the methods' bundle, written to ``tmp/out.jsonl``)."""
+    suite = tmp / "suite.jsonl"
+    suite.write_text("".join(e.model_dump_json() + "\n" for e in episodes))
+    src = tmp / "trace.jsonl"
+    record(RecordOptions(suite=str(suite), model=loaded.name, out=src, **opts), loaded=loaded)  # type: ignore[arg-type]
+    res = unlearn(src, methods, tmp / "out.jsonl", loaded=loaded)
+    return src, read_bundle(src), read_bundle(res.path)
 
 
 def make_agent(

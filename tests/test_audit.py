@@ -271,13 +271,11 @@ def test_bad_gate_or_bundle_exits_2_before_any_model_runs(tmp_path: Path, tiny_s
 
 
 @pytest.mark.real_model
-def test_on_smollm2_b7_sits_at_the_b5_floor_and_b0_keeps_the_record(
-    smol: LoadedModel, tmp_path: Path
-) -> None:
-    src = tmp_path / "trace.jsonl"
-    record(RecordOptions(model=smol.name, out=src), loaded=smol)
-    states = unlearn(src, ["b0", "b1", "b5", "b7"], tmp_path / "states.jsonl", loaded=smol).path
-    rep = audit(states, AuditOptions(k=2, max_tokens=16), loaded=smol)
+def test_on_smollm2_b7_sits_at_the_b5_floor_and_b0_keeps_the_record(smol: LoadedModel, smol_all) -> None:  # type: ignore[no-untyped-def]
+    src, _, _ = smol_all  # the built-in suite recorded on SmolLM2 with every method applied
+    states = src.parent / "out.jsonl"
+    rep = audit(states, AuditOptions(methods=("b0", "b1", "b7"), k=2, max_tokens=16), loaded=smol)
+    assert {s.method for s in rep.states} == {"b0", "b1", "b5", "b7"}
     by = {(s.session_id, s.method): s for s in rep.states}
     assert rep.errors == 0
     for sid in ("s0", "s1"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eu_audit.bundle.io import Bundle, SessionTrace, read_bundle
+from eu_audit.bundle.io import Bundle, SessionTrace
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode
@@ -19,16 +19,10 @@ from eu_audit.methods import all_methods
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.models import LoadedModel
-from eu_audit.suites import load_episodes
 from eu_audit.trace import rebuild_state
 from eu_audit.unlearn import parse_methods, unlearn
 
-from .helpers import kv_equal
-
-
-def _suite_file(path: Path, episodes: list[Episode]) -> Path:
-    path.write_text("".join(e.model_dump_json() + "\n" for e in episodes))
-    return path
+from .helpers import kv_equal, record_and_unlearn
 
 
 def _paying(tool_episode: Episode) -> Episode:
@@ -44,16 +38,6 @@ def _paying(tool_episode: Episode) -> Episode:
     return tool_episode.model_copy(update={"id": "paying", "steps": steps})
 
 
-def _record_and_unlearn(
-    loaded: LoadedModel, tmp: Path, episodes: list[Episode], methods: list[str], **opts: object
-) -> tuple[Path, Bundle, Bundle]:
-    suite = _suite_file(tmp / "suite.jsonl", episodes)
-    src = tmp / "trace.jsonl"
-    record(RecordOptions(suite=str(suite), model=loaded.name, out=src, **opts), loaded=loaded)  # type: ignore[arg-type]
-    res = unlearn(src, methods, tmp / "out.jsonl", loaded=loaded)
-    return src, read_bundle(src), read_bundle(res.path)
-
-
 def _by(bundle: Bundle) -> dict[str, SessionTrace]:
     return {s.session_id: s for s in bundle.sessions}
 
@@ -61,13 +45,6 @@ def _by(bundle: Bundle) -> dict[str, SessionTrace]:
 def _cache_tokens(trace: SessionTrace) -> list[int]:
     blocks = {b.id: b for b in trace.blocks}
     return [i for bid in trace.session.final_manifest for i in blocks[bid].token_ids]
-
-
-@pytest.fixture(scope="module")
-def smol_all(smol: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Bundle, Bundle]:
-    """The built-in suite on SmolLM2, greedy, every method."""
-    eps = load_episodes(Path(__file__).parent.parent / "suites" / "builtin.jsonl")
-    return _record_and_unlearn(smol, tmp_path_factory.mktemp("smol"), eps, ["all"])
 
 
 @pytest.mark.real_model
@@ -147,7 +124,7 @@ def test_the_target_flowed_and_every_replay_based_state_is_clean(smol_all) -> No
 def test_a_consequential_tool_fires_exactly_once_across_record_and_every_replay(
     smol: LoadedModel, tool_episode: Episode, tmp_path: Path
 ) -> None:
-    src, _, out = _record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b5,b7"])
+    src, _, out = record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b5,b7"])
     box = Outbox(src.with_name(src.name + ".state") / "outbox.sqlite")
     rows = box.rows("s0")
     assert [r[2] for r in rows] == ["transfer"]  # the real sink: one row
@@ -170,7 +147,7 @@ def test_b8_blocks_the_identifier_sink_carrying_z_and_keeps_z_in_free_text_and_s
     B7's replay) never meets it. A B8 that silently became B0 (policy never applied) or B9 fails here."""
     from eu_audit.audits.leakage import artifact_leak
 
-    _, _, out = _record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b0,b8,b9"])
+    _, _, out = record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b0,b8,b9"])
     by = _by(out)
     tau = by["s0/b0"].session.episode.tau
     pay = {m: next(c for c in by[f"s0/{m}"].tool_calls if c.turn == 4) for m in ("b0", "b8", "b9")}
@@ -193,7 +170,7 @@ def test_b8_blocks_the_identifier_sink_carrying_z_and_keeps_z_in_free_text_and_s
 def test_matched_seeds_at_temperature_0_7_give_b7_equal_to_b5(
     smol: LoadedModel, memory_episode: Episode, tmp_path: Path
 ) -> None:
-    _, _, out = _record_and_unlearn(smol, tmp_path, [memory_episode], ["b5,b7"], temperature=0.7, seed=3)
+    _, _, out = record_and_unlearn(smol, tmp_path, [memory_episode], ["b5,b7"], temperature=0.7, seed=3)
     by = _by(out)
     assert _cache_tokens(by["s0/b7"]) == _cache_tokens(by["s0/b5"])
     assert [b.text for b in by["s0/b7"].blocks] == [b.text for b in by["s0/b5"].blocks]
@@ -212,7 +189,7 @@ def test_b7_is_the_same_whatever_the_checkpoint_policy(
         ep = memory_episode.model_copy(
             update={"steps": [x for x in memory_episode.steps if x.kind != "compact"]}
         )
-        _, _, out = _record_and_unlearn(smol, d, [ep], ["b7"], checkpoint_policy=policy)
+        _, _, out = record_and_unlearn(smol, d, [ep], ["b7"], checkpoint_policy=policy)
         s = out.sessions[0]
         results[policy] = (_cache_tokens(s), s.ledgers[0])
     tokens = {tuple(t) for t, _ in results.values()}
@@ -229,7 +206,7 @@ def test_b7_is_the_same_whatever_the_checkpoint_policy(
 def test_every_method_runs_and_the_input_is_never_modified(
     tiny: LoadedModel, builtin: list[Episode], tmp_path: Path
 ) -> None:
-    src, _, out = _record_and_unlearn(tiny, tmp_path, builtin, ["all"])
+    src, _, out = record_and_unlearn(tiny, tmp_path, builtin, ["all"])
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
     assert out.header.parent_digest == digest
     assert {s.session.method for s in out.sessions} == set(all_methods())
