@@ -225,3 +225,18 @@ def test_what_llamacpp_cannot_do_is_refused_before_any_compute(tmp_path: Path) -
     assert proc.returncode == 2 and "needs an engine that can excise (engines: hf)" in proc.stderr
     header = json.loads(src.read_text().splitlines()[0])
     assert header["engine"] == "llamacpp" and header["model"]["dtype"] == "gguf"
+
+
+def test_a_context_is_what_was_asked_and_never_past_what_the_model_was_trained_on(smol_gguf) -> None:  # type: ignore[no-untyped-def]
+    """``serve --ctx``: the engine holds the positions asked for; asking for more than the model was trained
+    on is refused (llama.cpp would run, and the model would degrade past its trained positions)."""
+    assert LlamaCppEngine(smol_gguf, n_ctx=2048).context_size == 2048
+    with pytest.raises(BadInput, match=r"more than .* was trained on"):
+        LlamaCppEngine(smol_gguf, n_ctx=1 << 20)
+
+
+def test_serve_ctx_is_refused_where_it_cannot_apply(tmp_path: Path) -> None:
+    proc = run_cli("serve", "--engine", "hf", "--ctx", "4096", "--control-file", str(tmp_path / "c"))
+    assert proc.returncode == 2 and "--ctx sizes the llamacpp engine's context" in proc.stderr
+    proc = run_cli("serve", "--upstream", "http://127.0.0.1:9", "--ctx", "4096")
+    assert proc.returncode == 2 and "--upstream has its own" in proc.stderr

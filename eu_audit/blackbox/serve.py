@@ -845,7 +845,7 @@ def create_app(
     return app
 
 
-def open_backend(model: str, engine: str, upstream: str | None) -> Backend:
+def open_backend(model: str, engine: str, upstream: str | None, ctx: int | None = None) -> Backend:
     if upstream:
         try:
             listed = request_json(upstream.rstrip("/") + "/v1/models", timeout=30)
@@ -854,9 +854,15 @@ def open_backend(model: str, engine: str, upstream: str | None) -> Backend:
             raise BadInput(f"--upstream {upstream}: {exc}") from None
         return Backend(upstream=upstream, model_name=name)
     from eu_audit.engines import open_engine
+    from eu_audit.engines.base import resolve_engine
 
+    options: dict[str, Any] = {}
+    if ctx is not None:
+        if resolve_engine(engine, model) != "llamacpp":
+            raise BadInput("--ctx sizes the llamacpp engine's context; the hf engine holds the model's own")
+        options["n_ctx"] = ctx
     worker = ThreadPoolExecutor(1, thread_name_prefix="model")  # the model's one thread, from its load on
-    eng = worker.submit(open_engine, engine, model).result()
+    eng = worker.submit(open_engine, engine, model, **options).result()
     return Backend(
         engine=eng, model_name=eng.loaded.name, weight_digest=eng.loaded.weight_digest, worker=worker
     )
@@ -866,6 +872,7 @@ def run_server(
     *,
     model: str,
     engine: str = "auto",
+    ctx: int | None = None,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     log_path: Path | None = None,
@@ -883,7 +890,7 @@ def run_server(
     log = RequestLog(log_path, force=force)  # before loading: a log we may not write fails at once
     try:
         try:
-            backend = open_backend(model, engine, upstream)
+            backend = open_backend(model, engine, upstream, ctx)
         except BaseException:
             if fresh and log_path is not None:  # nothing was served: leave no empty log behind
                 log.close()

@@ -63,6 +63,15 @@ def serve(
             "on the same weights (SmolLM2: about 0.2 GB).",
         ),
     ] = 8,
+    ctx: Annotated[
+        int | None,
+        typer.Option(
+            min=256,
+            help="Context per lane, in tokens, on the llamacpp engine (default 8192; at most what the model "
+            "was trained on). An agent whose prompts outgrow it gets a 400 naming both sizes (mem0's "
+            "extraction at infer=True sends about 8.7k tokens: --ctx 16384 on a 32k model).",
+        ),
+    ] = None,
     force: Force = False,
     repetition_guard: Annotated[
         bool,
@@ -89,6 +98,8 @@ def serve(
     if log is not None:
         check_output_path(log)
     check_output_path(control_file)
+    if ctx is not None and upstream:
+        raise typer.BadParameter("--ctx sizes the local engine's context; --upstream has its own")
     limits = Limits(
         max_body_bytes=int(max_body_mb * (1 << 20)),
         max_tokens=max_tokens,
@@ -100,6 +111,7 @@ def serve(
     run_server(
         model=model,
         engine=engine,
+        ctx=ctx,
         host=host,
         port=port,
         log_path=log,

@@ -89,6 +89,8 @@ class _Lib:
         lib.llama_kv_cache_seq_cp.restype = None
         lib.llama_vocab_n_tokens.argtypes = [ctypes.c_void_p]
         lib.llama_vocab_n_tokens.restype = ctypes.c_int32
+        lib.llama_n_ctx_train.argtypes = [ctypes.c_void_p]
+        lib.llama_n_ctx_train.restype = ctypes.c_int32
         # llama.cpp logs every load to stderr: keep the CLI's output readable
         self._quiet = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(
             lambda level, text, data: None
@@ -153,6 +155,11 @@ class LlamaCppEngine(LocalEngine):
         self.n_threads = n_threads or _threads()
         self._api = _Lib.get()
         self._model = self._api.model(Path(gguf))
+        trained = int(self._api.lib.llama_n_ctx_train(self._model))
+        if trained > 0 and n_ctx > trained:  # positions past training: llama.cpp runs, the model degrades
+            raise BadInput(
+                f"a context of {n_ctx} tokens is more than '{loaded.name}' was trained on ({trained})"
+            )
         C = self._api.C
         params = C.llama_context_default_params()
         params.seed = 0
@@ -176,7 +183,8 @@ class LlamaCppEngine(LocalEngine):
     ) -> LlamaCppEngine:
         if loaded is not None and loaded.extra.get("gguf") is None:
             loaded = None  # an HF load of the same model: the GGUF is still needed
-        return cls(loaded if loaded is not None else load_gguf_model(model))
+        n_ctx = int(options.get("n_ctx") or DEFAULT_CTX)
+        return cls(loaded if loaded is not None else load_gguf_model(model), n_ctx=n_ctx)
 
     def __del__(self) -> None:
         ctx = getattr(self, "_ctx", None)

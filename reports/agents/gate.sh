@@ -17,6 +17,7 @@
 #   RECHECK (environment, optional) events after the forget, e.g. restart,compact,turns-3 (record --recheck)
 #   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
 #   AGENT_PYTHON (environment, optional) the Python that runs the example agent (Letta's own venv)
+#   CTX     (environment, optional) serve's context per lane in tokens (serve --ctx), e.g. 16384 for mem0 --infer
 #
 # Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
 set -uo pipefail
@@ -31,7 +32,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/n
 trap cleanup EXIT
 wait_for() { timeout 600 bash -c "until curl -sf $1 >/dev/null; do sleep 1; done"; }
 
-"$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" --force \
+"$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" --force ${CTX:+--ctx "$CTX"} \
   --control-file "$OUT/serve.control" > "$OUT/serve.out" 2>&1 &
 pids+=($!)
 wait_for "$SERVE/health"
