@@ -115,6 +115,49 @@ def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_r
         backend.close()
 
 
+def test_a_lanes_prompt_families_each_keep_their_prefix_and_the_answers_do_not_change(
+    tiny: LoadedModel,
+) -> None:
+    """A memory library that sends its own long fixed prompt between the agent's chat calls (mem0's
+    extraction at infer=True: 8k tokens of instructions) would have that prompt prefilled again on every
+    switch with one cache per lane. serve keeps a cache per lane and opening message: both families stay
+    cached, and every answer is the one a fresh cache gives."""
+    import json
+    import threading
+    import time
+
+    from eu_audit.blackbox.serve import Backend, Call, RequestLog, Routes, create_app
+    from eu_audit.blackbox.serve_api import Limits
+    from eu_audit.engines.hf import HFEngine
+
+    backends: list[Backend] = []
+
+    def routes() -> Routes:
+        backends.append(Backend(engine=HFEngine(tiny), model_name="tiny"))
+        return create_app(backends[-1], RequestLog(None), limits=Limits(lane_caches=4)).state.routes
+
+    def chat(r: Routes, messages: list[dict[str, str]]) -> dict[str, Any]:
+        call = Call(deadline=time.monotonic() + 60, stopping=threading.Event(), lane=r.lane("c" * 32))
+        return r._chat(json.dumps({"model": "m", "max_tokens": 4, "messages": messages}).encode(), call)
+
+    agent = {"role": "system", "content": "You are a helpful assistant. " * 6}
+    extract = {"role": "system", "content": "Extract every fact from the new messages as JSON. " * 6}
+    r = routes()
+    chat(r, [agent, {"role": "user", "content": "hello"}])
+    chat(r, [extract, {"role": "user", "content": "New messages: hello"}])
+    again = chat(r, [agent, {"role": "user", "content": "hello"}, {"role": "user", "content": "and you?"}])
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 40  # the agent's family was kept
+    second = chat(r, [extract, {"role": "user", "content": "New messages: and you?"}])
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] > 40  # and the extractor's
+    fresh = routes()
+    assert (
+        chat(fresh, [extract, {"role": "user", "content": "New messages: and you?"}])["choices"]
+        == second["choices"]
+    )
+    for backend in backends:
+        backend.close()
+
+
 def test_serve_computes_on_one_thread_whichever_request_thread_asks(
     tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:

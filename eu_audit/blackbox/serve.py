@@ -209,11 +209,12 @@ class Backend:
     generations: Generations = field(default_factory=Generations)
     requests: int = 0
     busy: bool = False
-    max_caches: int = 8  # KV caches kept, one per recently used lane (Limits.lane_caches)
+    max_caches: int = 8  # KV caches kept, one per recently used lane and opening (Limits.lane_caches)
     worker: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="model")
     )
-    caches: OrderedDict[str, LaneCache] = field(default_factory=OrderedDict)  # lane -> cache, LRU first
+    # (lane, opening segment) -> cache, least recently used first
+    caches: OrderedDict[tuple[str, int], LaneCache] = field(default_factory=OrderedDict)
 
     def __post_init__(self) -> None:
         if self.engine is not None:
@@ -246,22 +247,28 @@ class Backend:
             self.busy = False
             self.lock.release()
 
-    def cache_for(self, lane: str) -> LaneCache:
-        """The lane's own KV cache, so a tenant's prefix stays cached while other tenants' requests run
-        in between. The ``max_caches`` most recently used lanes keep one each (the first the engine
-        itself, the others its siblings on the same weights); a lane past that takes over the least
-        recently used one, emptied. Called under ``lock``."""
+    def cache_for(self, lane: str, opening: Sequence[int] = ()) -> LaneCache:
+        """The KV cache for a lane's prompts that open with ``opening`` (their first segment), so a tenant's
+        prefix stays cached while other tenants' requests run in between, and so does each of its prompt
+        families: a memory library's extraction prompt (mem0's is 8k tokens of fixed instructions) beside
+        the agent's own chat, each prefilled once instead of on every switch. The ``max_caches`` most
+        recently used (lane, opening) pairs keep one each (the first the engine itself, the others its
+        siblings on the same weights); a new one past that takes over the least recently used, emptied.
+        Which cache serves a request never changes its answer: a cache is cropped to the segments it
+        shares with the prompt and the rest prefilled, the canonical schedule. Lanes never share a cache.
+        Called under ``lock``."""
         assert self.engine is not None
-        if lane in self.caches:
-            self.caches.move_to_end(lane)
-            return self.caches[lane]
+        key = (lane, hash(tuple(opening)))
+        if key in self.caches:
+            self.caches.move_to_end(key)
+            return self.caches[key]
         if len(self.caches) < max(1, self.max_caches):
             engine = self.engine if not self.caches else self.engine.sibling()
         else:
             _, oldest = self.caches.popitem(last=False)
             engine = oldest.engine
             engine.reset()
-        self.caches[lane] = cache = LaneCache(engine)
+        self.caches[key] = cache = LaneCache(engine)
         return cache
 
     @staticmethod
@@ -320,7 +327,7 @@ class Backend:
         segs = self._fit(segs)
 
         def turn() -> tuple[int, list[int]]:
-            cache = self.cache_for(lane)
+            cache = self.cache_for(lane, segs[0])
             cached = self._load(cache, segs)
             start = cache.engine.offset
             gen = cache.engine.decode(

@@ -76,7 +76,7 @@ class Limits:
     max_tokens: int = 1024  # completion tokens per request, after the context's own bound
     request_timeout_s: float = 300.0  # wall time per request, the wait for the engine included
     repetition_guard: bool = True  # stop decoding that loops on one short pattern (logged: "repetition")
-    lane_caches: int = 8  # KV caches serve keeps, one per recently used lane (tenants run side by side)
+    lane_caches: int = 8  # KV caches serve keeps, one per recently used lane and prompt family
 
 
 # -- control (harness only) ---------------------------------------------------------------------------

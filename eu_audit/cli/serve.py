@@ -58,9 +58,10 @@ def serve(
         int,
         typer.Option(
             min=1,
-            help="KV caches kept, one per recently used lane (tenants of record --concurrency): each "
-            "tenant's prompt prefix stays cached while the others' requests run. Each is one more context "
-            "on the same weights (SmolLM2: about 0.2 GB).",
+            help="KV caches kept, one per recently used lane (tenants of record --concurrency) and prompt "
+            "family (prompts opening with the same first message): each tenant's prompt prefix stays cached "
+            "while the others' requests run, and so does a memory library's long fixed prompt between the "
+            "agent's chat calls. Each is one more context on the same weights (SmolLM2: about 0.2 GB).",
         ),
     ] = 8,
     ctx: Annotated[
