@@ -6,6 +6,9 @@ A rule reads one metric of one method on one suite (``gate.Rule``), paired by se
 - **facts**, any rule against a number (``residue_store==0``, ``cad==0``, ``agreement>=0.99``): a
   requirement on every session. One session that breaks it is a failure at any n (a history row holding
   z is an observation, not a statistic); the rule holds when every session was observed and met it.
+- **observations against the floor** (``residue_context<=floor``, ``residue_store<=floor``: z in a prompt
+  after the forget, in a store row): a session where the method holds more of it than the floor's state
+  is a failure at any n, like a fact; held when every session was observed and none does.
 - **against the floor**: the paired differences d = method - floor, oriented so that positive is worse.
   *Failed* when the method is significantly worse than the floor at ``alpha`` (one-sided: exact McNemar,
   i.e. a binomial test on the discordant pairs, for a 0/1 metric; Wilcoxon signed-rank otherwise).
@@ -286,6 +289,9 @@ def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> G
         return ev
     if is_fact(rule.rhs):
         return _fact(rule, ev)
+    metric = METRICS.get(rule.metric) if rule.metric in METRICS else None
+    if metric is not None and metric.observation:
+        return _observed(rule, ev)
     return _weigh(report, rule, METRICS.get(rule.metric), ev, alpha, margin)
 
 
@@ -303,6 +309,27 @@ def _fact(rule: Rule, ev: Evidence) -> GateResult:
         detail = f"met in all {n} measured session(s); {ev.missing} of {ev.sessions} not measured"
         return _result(rule, "inconclusive", detail, test=test, n=n)
     return _result(rule, "held", f"met in all {n} session(s), each observed", test=test, n=n)
+
+
+def _observed(rule: Rule, ev: Evidence) -> GateResult:
+    """An observation against the floor (``residue_store<=floor``): z found where the floor's state of the
+    same session has none is a fact about that session, so one such session fails the rule at any n; it
+    holds when every session was observed and none holds more than its floor."""
+    n = len(ev.ds)
+    worse = sum(d > 0 for d in ev.ds)
+    test = "fact: every session observed against its floor"
+    if worse:
+        detail = (
+            f"{rule.metric} above the floor's in {worse} of {n} session(s): an observation, not a statistic"
+        )
+        return _result(rule, "failed", detail, test=test, n=n)
+    if ev.missing:
+        shown = f"at or below the floor in all {n} measured session(s)"
+        detail = f"{shown}; {ev.missing} of {ev.sessions} not measured"
+        return _result(rule, "inconclusive", detail, test=test, n=n)
+    return _result(
+        rule, "held", f"at or below the floor in all {n} session(s), each observed", test=test, n=n
+    )
 
 
 def _weigh(

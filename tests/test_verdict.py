@@ -73,6 +73,35 @@ def test_a_forget_that_deletes_nothing_fails_on_the_fact_while_its_leaks_are_sti
     assert exit_code(rep.gates) == 1
 
 
+def test_with_no_rule_named_a_residue_the_agent_holds_and_its_reference_does_not_fails_at_n_1(
+    tmp_path: Path,
+) -> None:
+    """The default rules compare residue with the floor (``residue_store<=floor``), and a residue is an
+    observation: z in the agent's store where its reference tenant's has none fails at n = 1, and the
+    summary says the agent still holds the target instead of "not shown at this n"."""
+    from eu_audit.gate import default_rules
+
+    out = tmp_path / "naive-1.jsonl"
+    record_agent(AgentRecordOptions(agent="tests.scripted_agents:naive", suite="builtin", n=1, out=out))
+    rep = audit(out, AuditOptions())
+    got = {g.rule: g for g in evaluate(rep, default_rules(rep))}
+    store = got["agent.builtin.residue_store<=floor"]
+    assert store.outcome == "failed" and "an observation" in store.detail and store.n == 1
+    assert got["agent.builtin.leak_probes<=floor"].outcome == "inconclusive"  # a statistic needs more n
+    assert any(
+        line.startswith("Say nothing of it, but still hold") or line.startswith("Still leak")
+        for line in summary_lines(rep)
+    )
+    assert not any("Not shown to forget" in line for line in summary_lines(rep))
+    thorough = tmp_path / "thorough-1.jsonl"
+    record_agent(
+        AgentRecordOptions(agent="tests.scripted_agents:thorough", suite="builtin", n=1, out=thorough)
+    )
+    rep = audit(thorough, AuditOptions())
+    held = {g.rule: g.outcome for g in evaluate(rep, default_rules(rep))}
+    assert held["agent.builtin.residue_store<=floor"] == "held"  # observed clean, against its floor
+
+
 def test_the_cli_exits_4_on_an_inconclusive_gate_and_power_sizes_the_job(tmp_path: Path) -> None:
     bundle, _ = gate_run(tmp_path, "thorough", 2)
     js = tmp_path / "a.json"

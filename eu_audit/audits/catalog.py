@@ -147,6 +147,7 @@ metric(
         True,
         compute=_residue_context,
         sides=BLACK,
+        observation=True,
     )
 )
 metric(
@@ -161,6 +162,7 @@ metric(
         True,
         compute=_residue_store,
         sides=BLACK,
+        observation=True,
     )
 )
 # Table 2: actions, utility, cost

@@ -35,6 +35,9 @@ class Metric:
     against_floor: Callable[[FloorPair], float | NotMeasured | None] | None = None
     #: the sides it is computed on: a white-box state, a black-box agent's run
     sides: frozenset[str] = frozenset({"white", "black"})
+    #: an observation of z in a place (a prompt after the forget, a store row): against the floor, one
+    #: session where the method holds more of it than the floor's state is a failure at any n
+    observation: bool = False
 
     def format(self, value: float | None) -> str:
         if value is None:
