@@ -89,7 +89,7 @@ def test_with_no_rule_named_a_residue_the_agent_holds_and_its_reference_does_not
     assert store.outcome == "failed" and "an observation" in store.detail and store.n == 1
     assert got["agent.builtin.leak_probes<=floor"].outcome == "inconclusive"  # a statistic needs more n
     assert any(
-        line.startswith("Say nothing of it, but still hold") or line.startswith("Still leak")
+        line.startswith("Still hold the target") or line.startswith("Still leak")
         for line in summary_lines(rep)
     )
     assert not any("Not shown to forget" in line for line in summary_lines(rep))

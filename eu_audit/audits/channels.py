@@ -151,7 +151,8 @@ def channels(states: Sequence[StateAudit]) -> list[Channel]:
             at(label).add(state_verdict if held else "erased", example=example if held else "")
             for t in tiers[kind]:
                 got = (channel_value(s, kind, t) or 0) > 0
-                at(f"{kind}.{t}").add(state_verdict if got else "erased", example=example if got else "")
+                mine = example if example.startswith(f"[{t}]") else ""  # the one quote is of one tier
+                at(f"{kind}.{t}").add(state_verdict if got else "erased", example=mine if got else "")
     return list(out.values())
 
 

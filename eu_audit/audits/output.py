@@ -145,8 +145,8 @@ def summary_lines(report: AuditReport) -> list[str]:
         lines.append(f"Still leak the target in what they say or do: {', '.join(groups['still leaks'])}.")
     if groups.get("still holds the target"):
         lines.append(
-            "Say nothing of it, but still hold the target (in prompts after the forget, or in the store "
-            "dump; where, below): " + ", ".join(groups["still holds the target"]) + "."
+            "Still hold the target (in prompts after the forget, or in the store dump; where, below; "
+            "what they say is for the leak rules): " + ", ".join(groups["still holds the target"]) + "."
         )
     hint = report.engine_facts.get("forget_hint")
     if hint:
