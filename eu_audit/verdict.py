@@ -289,47 +289,38 @@ def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> G
         return ev
     if is_fact(rule.rhs):
         return _fact(rule, ev)
-    metric = METRICS.get(rule.metric) if rule.metric in METRICS else None
-    if metric is not None and metric.observation:
+    metric = METRICS.get(rule.metric)
+    if metric.observation:
         return _observed(rule, ev)
-    return _weigh(report, rule, METRICS.get(rule.metric), ev, alpha, margin)
+    return _weigh(report, rule, metric, ev, alpha, margin)
+
+
+def _each_session(rule: Rule, ev: Evidence, broken: int, test: str, broke: str, met: str) -> GateResult:
+    """A requirement on every session: failed by one that breaks it (an observation, at any n), held when
+    every session was observed and met it, inconclusive while some were not measured."""
+    n = len(ev.ds)
+    if broken:
+        detail = f"{broke} in {broken} of {n} session(s): an observation, not a statistic"
+        return _result(rule, "failed", detail, test=test, n=n)
+    if ev.missing:
+        detail = f"{met} in all {n} measured session(s); {ev.missing} of {ev.sessions} not measured"
+        return _result(rule, "inconclusive", detail, test=test, n=n)
+    return _result(rule, "held", f"{met} in all {n} session(s), each observed", test=test, n=n)
 
 
 def _fact(rule: Rule, ev: Evidence) -> GateResult:
-    n = len(ev.ds)
     broken = sum(not _OPS[rule.op](v, float(rule.rhs)) for v in ev.values)
-    test = "fact: every session observed"
-    if broken:
-        detail = (
-            f"{rule.metric} {rule.op} {rule.rhs} broken in {broken} of {n} session(s): an observation, "
-            "not a statistic"
-        )
-        return _result(rule, "failed", detail, test=test, n=n)
-    if ev.missing:
-        detail = f"met in all {n} measured session(s); {ev.missing} of {ev.sessions} not measured"
-        return _result(rule, "inconclusive", detail, test=test, n=n)
-    return _result(rule, "held", f"met in all {n} session(s), each observed", test=test, n=n)
+    broke = f"{rule.metric} {rule.op} {rule.rhs} broken"
+    return _each_session(rule, ev, broken, "fact: every session observed", broke, "met")
 
 
 def _observed(rule: Rule, ev: Evidence) -> GateResult:
     """An observation against the floor (``residue_store<=floor``): z found where the floor's state of the
     same session has none is a fact about that session, so one such session fails the rule at any n; it
     holds when every session was observed and none holds more than its floor."""
-    n = len(ev.ds)
     worse = sum(d > 0 for d in ev.ds)
     test = "fact: every session observed against its floor"
-    if worse:
-        detail = (
-            f"{rule.metric} above the floor's in {worse} of {n} session(s): an observation, not a statistic"
-        )
-        return _result(rule, "failed", detail, test=test, n=n)
-    if ev.missing:
-        shown = f"at or below the floor in all {n} measured session(s)"
-        detail = f"{shown}; {ev.missing} of {ev.sessions} not measured"
-        return _result(rule, "inconclusive", detail, test=test, n=n)
-    return _result(
-        rule, "held", f"at or below the floor in all {n} session(s), each observed", test=test, n=n
-    )
+    return _each_session(rule, ev, worse, test, f"{rule.metric} above the floor's", "at or below the floor")
 
 
 def _weigh(
