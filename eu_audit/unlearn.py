@@ -20,6 +20,7 @@ from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
 from eu_audit.methods import METHODS, ForgetContext, all_methods, apply_method
+from eu_audit.methods.base import locate
 from eu_audit.runtime.agent import AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import Outbox
@@ -233,6 +234,8 @@ def unlearn(
     requests = [
         _located(bundle, trace, partial(_request, trace, target, source)) for trace in bundle.sessions
     ]
+    for trace, request in zip(bundle.sessions, requests, strict=True):  # z and s resolve before a model loads
+        _located(bundle, trace, partial(locate, trace, request))
     box = open_outbox(bundle_path, outbox)
     if engine is None:
         engine = engine_for(bundle, model=model, loaded=loaded, server=server)

@@ -120,11 +120,21 @@ def test_the_target_flowed_and_every_replay_based_state_is_clean(smol_all) -> No
             assert by[f"{s.session_id}/{m}"].receipts[0].clean, (s.session_id, m)
 
 
+@pytest.fixture(scope="module")
+def paying(smol: LoadedModel, builtin: list[Episode], tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The IBAN episode with its transfer cued, on SmolLM2, with B0, B5, B7, B8 and B9 applied: one
+    recording for the sink's claims below."""
+    episode = next(e for e in builtin if e.id == "builtin-tool-iban")
+    return record_and_unlearn(smol, tmp_path_factory.mktemp("paying"), [_paying(episode)], ["b0,b5,b7,b8,b9"])
+
+
 @pytest.mark.real_model
 def test_a_consequential_tool_fires_exactly_once_across_record_and_every_replay(
-    smol: LoadedModel, tool_episode: Episode, tmp_path: Path
+    smol: LoadedModel,
+    paying,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    src, _, out = record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b5,b7"])
+    src, _, out = paying
     box = Outbox(src.with_name(src.name + ".state") / "outbox.sqlite")
     rows = box.rows("s0")
     assert [r[2] for r in rows] == ["transfer"]  # the real sink: one row
@@ -140,14 +150,14 @@ def test_a_consequential_tool_fires_exactly_once_across_record_and_every_replay(
 
 @pytest.mark.real_model
 def test_b8_blocks_the_identifier_sink_carrying_z_and_keeps_z_in_free_text_and_state(
-    smol: LoadedModel, tool_episode: Episode, tmp_path: Path
+    paying,  # type: ignore[no-untyped-def]
 ) -> None:
     """B8 is IFC at the sinks (FIDES): from tau on, a call whose identifier argument carries z is blocked
     and never runs; nothing else changes, so z stays in the context. B0 pays the IBAN; B9 (the policy over
     B7's replay) never meets it. A B8 that silently became B0 (policy never applied) or B9 fails here."""
     from eu_audit.audits.leakage import artifact_leak
 
-    _, _, out = record_and_unlearn(smol, tmp_path, [_paying(tool_episode)], ["b0,b8,b9"])
+    _, _, out = paying
     by = _by(out)
     tau = by["s0/b0"].session.episode.tau
     pay = {m: next(c for c in by[f"s0/{m}"].tool_calls if c.turn == 4) for m in ("b0", "b8", "b9")}
@@ -203,10 +213,19 @@ def test_b7_is_the_same_whatever_the_checkpoint_policy(
     assert len({led.tokens_decoded for led in ledgers.values()}) == 1
 
 
+@pytest.fixture(scope="module")
+def tiny_all(
+    tiny: LoadedModel, builtin: list[Episode], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Bundle, Bundle]:
+    """The built-in suite on the tiny model with every method: mechanics only."""
+    return record_and_unlearn(tiny, tmp_path_factory.mktemp("tiny_all"), builtin, ["all"])
+
+
 def test_every_method_runs_and_the_input_is_never_modified(
-    tiny: LoadedModel, builtin: list[Episode], tmp_path: Path
+    tiny: LoadedModel, tiny_all: tuple[Path, Bundle, Bundle]
 ) -> None:
-    src, _, out = record_and_unlearn(tiny, tmp_path, builtin, ["all"])
+    src, _, out = tiny_all
+    tmp_path = src.parent
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
     assert out.header.parent_digest == digest
     assert {s.session.method for s in out.sessions} == set(all_methods())
@@ -271,6 +290,82 @@ def test_unlearn_mistakes_exit_2_naming_what_and_where(
     assert hashlib.sha256(tiny_bundle.read_bytes()).hexdigest() == before
 
 
+@pytest.mark.parametrize(
+    ("request_args", "needle"),
+    [({"target": "Atlantis Avenue 9"}, "does not occur"), ({"source": "src-nothing"}, "does not exist")],
+)
+def test_a_target_or_source_that_never_entered_is_refused_before_a_model_loads(
+    tiny_bundle: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request_args: dict[str, str],
+    needle: str,
+) -> None:
+    def no_model(*_: object, **__: object) -> None:
+        raise AssertionError("a model was opened before the forget request was checked")
+
+    monkeypatch.setattr("eu_audit.unlearn.engine_for", no_model)
+    with pytest.raises(BadInput, match=needle):
+        unlearn(tiny_bundle, ["b7"], tmp_path / "o.jsonl", **request_args)  # type: ignore[arg-type]
+
+
 def test_unlearn_refuses_to_overwrite_its_input(tiny_bundle: Path) -> None:
     with pytest.raises(BadInput, match="overwrite the input"):
         unlearn(tiny_bundle, ["b7"], tiny_bundle)
+
+
+def test_each_method_is_the_papers_definition_and_no_other(tiny_all: tuple[Path, Bundle, Bundle]) -> None:
+    """One distinguishing property per method, so a method that silently became another one fails here:
+    what it keeps, what it drops, what it regenerates and how many transitions it invokes."""
+    from eu_audit.methods.baselines import FORGET_INSTRUCTION, REDACTED
+
+    _, recorded, out = tiny_all
+    by = _by(out)
+    for s in recorded.sessions:
+        sid, src, T = s.session_id, s.session.source_id, s.session.transitions
+        g = s.graph()
+        tau, closure = g.first_entry(src), g.taint_closure(src)
+        entries = {b.id for b in g.entry_blocks(src)}
+        z = s.matcher()
+        ids = {m: [b.id for b in by[f"{sid}/{m}"].blocks] for m in all_methods()}
+        replayed = {m: by[f"{sid}/{m}"].ledgers[0].transitions_replayed for m in all_methods()}
+        recorded_ids = [b.id for b in s.blocks]
+        # B0 keeps everything; B1 keeps every block and drops only the source's own memory record
+        assert ids["b0"] == recorded_ids and replayed["b0"] == 0
+        assert by[f"{sid}/b0"].session.memory_final == s.session.memory_final
+        assert ids["b1"] == recorded_ids and replayed["b1"] == 0
+        assert [m for m in by[f"{sid}/b1"].session.memory_final] == [
+            m for m in s.session.memory_final if not (src in m.source_ids and not m.derived)
+        ]
+        # B2 is B0 plus one transition whose user turn asks to forget z
+        b2 = by[f"{sid}/b2"]
+        assert ids["b2"][: len(recorded_ids)] == recorded_ids and replayed["b2"] == 1
+        ask = next(b for b in b2.blocks[len(recorded_ids) :] if b.type.value == "user")
+        assert ask.text == FORGET_INSTRUCTION.format(z=s.session.target.value)
+        # B3 drops only the entry blocks and keeps every derived artifact verbatim; B4 drops the closure
+        assert set(ids["b3"]) == set(recorded_ids) - entries and entries
+        assert set(ids["b4"]) == set(recorded_ids) - closure and closure > entries
+        assert replayed["b3"] == replayed["b4"] == 0
+        # B6 keeps every block and redacts z's strings wherever they were
+        b6 = by[f"{sid}/b6"]
+        assert ids["b6"] == recorded_ids and replayed["b6"] == 0
+        assert not any(z.found_in(b.text) for b in b6.blocks) and any(REDACTED in b.text for b in b6.blocks)
+        # excision keeps every block and only edits the entry blocks in the cache; derived text stays as is
+        excised = by[f"{sid}/excise"]
+        assert ids["excise"] == recorded_ids and replayed["excise"] == 0
+        assert [b.text for b in excised.blocks if b.id not in entries] == [
+            b.text for b in s.blocks if b.id not in entries
+        ]
+        # B5 re-runs all T transitions from R_init; B5' re-decodes them too but prefills less (a cached
+        # clean prefix); B7 re-enacts exactly T - tau + 1 from a checkpoint
+        led5, led5p = by[f"{sid}/b5"].ledgers[0], by[f"{sid}/b5p"].ledgers[0]
+        assert replayed["b5"] == replayed["b5p"] == T and led5.checkpoint_id is None
+        assert led5p.tokens_prefilled < led5.tokens_prefilled and led5p.tokens_decoded == led5.tokens_decoded
+        assert replayed["b7"] == replayed["b8"] == replayed["b9"] == T - tau + 1
+        assert by[f"{sid}/b7"].ledgers[0].checkpoint_id is not None
+        # B8 re-enacts tau..T on the factual stream (z still observed at tau) under its sink policy; B9 on
+        # the counterfactual one; B7 has no policy
+        assert z.found_in(" ".join(b.text for b in by[f"{sid}/b8"].blocks if b.turn == tau))
+        assert not z.found_in(" ".join(b.text for b in by[f"{sid}/b9"].blocks if b.turn == tau))
+        assert by[f"{sid}/b8"].session.sink_policy and by[f"{sid}/b9"].session.sink_policy
+        assert by[f"{sid}/b7"].session.sink_policy is None

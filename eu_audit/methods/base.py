@@ -31,6 +31,17 @@ from eu_audit.trace.records import ForgetRequest, LedgerRecord, MemoryEntry, Sin
 from eu_audit.trace.session import SessionTrace
 
 
+def locate(trace: SessionTrace, request: ForgetRequest) -> tuple[str, int, set[str]]:
+    """Lines 1-3 of Algorithm 1 on the recorded provenance: LocateSource, FirstEntry, TaintClosure, as
+    (s, tau, closure). Needs no model, so ``unlearn`` calls it on every session before one loads: a target
+    that never entered, or a source that does not exist, is refused at once (BadInput)."""
+    g = trace.graph()
+    located = g.locate_source(request.target, request.variants)  # BadInput if z is absent
+    source = request.source or located
+    tau = g.first_entry(source)  # BadInput if s does not exist
+    return source, tau, g.taint_closure(source)
+
+
 @dataclass
 class ForgetContext:
     chat: ChatFormat
@@ -45,12 +56,7 @@ class ForgetContext:
     closure: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        """Lines 1-3 of Algorithm 1: LocateSource, FirstEntry, TaintClosure."""
-        g = self.trace.graph()
-        located = g.locate_source(self.request.target, self.request.variants)  # BadInput if z is absent
-        self.source = self.request.source or located
-        self.tau = g.first_entry(self.source)  # BadInput if s does not exist
-        self.closure = g.taint_closure(self.source)
+        self.source, self.tau, self.closure = locate(self.trace, self.request)
 
     @property
     def variants(self) -> list[str]:
