@@ -46,6 +46,37 @@ def test_user_mistakes_exit_2_with_a_message_and_no_traceback(
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_a_command_refused_on_its_input_never_loads_a_model_library(tmp_path: Path) -> None:
+    """Everything that can be checked is checked before any model runs: a mistake is answered before
+    torch, transformers or llama.cpp are even imported (each costs seconds)."""
+    import subprocess
+    import sys
+
+    missing = str(tmp_path / "missing.jsonl")
+    commands = [
+        ["audit", missing],
+        ["unlearn", missing, "-m", "b7"],
+        ["record", "--suite", "no-such-suite", "--out", str(tmp_path / "o.jsonl")],
+        ["report", "--rows", str(tmp_path / "nothing"), "-o", str(tmp_path / "r")],
+        ["merge", missing, missing, "-o", str(tmp_path / "m.json")],
+        ["power", missing],
+    ]
+    code = (
+        "import sys\n"
+        "from eu_audit.cli.app import main\n"
+        "sys.argv = ['eu-audit', *sys.argv[1:]]\n"
+        "try:\n    main()\n"
+        "except SystemExit as exc:\n"
+        "    heavy = sorted(m for m in ('torch', 'transformers', 'llama_cpp') if m in sys.modules)\n"
+        "    print('exit', exc.code, 'loaded', heavy)\n"
+    )
+    for args in commands:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120
+        )
+        assert "exit 2 loaded []" in proc.stdout, (args, proc.stdout, proc.stderr)
+
+
 def test_a_bad_suite_file_names_its_line_and_field(builtin: list[Episode], tmp_path: Path) -> None:
     lines = [e.model_dump_json() for e in builtin]
     broken = json.loads(lines[1])

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from eu_audit.engines.base import Abilities, Branch, Sampling, TokenAccount
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.runtime.models import LoadedModel
+
+if TYPE_CHECKING:  # torch loads with the first pick: a command refused on its input never pays for it
+    import torch
 
 
 class Schedule:
@@ -156,6 +157,8 @@ class Schedule:
 
 def pick(logits: Any, sampling: Sampling, gen: torch.Generator | None) -> int:
     """The next id: argmax at temperature 0, else one draw from softmax(logits / temperature)."""
+    import torch
+
     scores = torch.as_tensor(logits)
     if sampling.temperature == 0:
         return int(torch.argmax(scores))
@@ -165,6 +168,8 @@ def pick(logits: Any, sampling: Sampling, gen: torch.Generator | None) -> int:
 
 def generator(sampling: Sampling) -> torch.Generator | None:
     """The seeded generator a sampled decode draws from (None when greedy)."""
+    import torch
+
     return torch.Generator().manual_seed(int(sampling.seed or 0)) if sampling.temperature > 0 else None
 
 
