@@ -91,7 +91,7 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
     return lines
 
 
-def audit_section(path: Path, out: Path) -> list[str]:
+def audit_section(path: Path, out: Path, findings: bool = False) -> list[str]:
     check_input_file(path)
     rep = read_report(path)
     from eu_audit.audits.output import channel_table, summary_lines
@@ -115,6 +115,10 @@ def audit_section(path: Path, out: Path) -> list[str]:
         lines.append("")
     lines += channel_table(rep)
     lines += _verdict_lines(rep)
+    if findings:
+        from eu_audit.findings import findings_table
+
+        lines += findings_table(rep)
     lines += _rates_plot(rep, path, out)
     # the behavioral distribution with the floor
     pref = [s for s in rep.states if s.suite == "preference" and s.values.get("avoid") is not None]
@@ -244,9 +248,11 @@ def write_report(
     notes: Path | str | None,
     *,
     allow_mixed: bool = False,
+    findings: bool = False,
 ) -> Path:
     """report.md and its figures in ``out``, and beside them ``rows/``: a copy of every input (audit JSON,
-    sweep rows and manifest) and ``report.json``, from which ``regenerate`` makes the same report."""
+    sweep rows and manifest) and ``report.json``, from which ``regenerate`` makes the same report.
+    ``findings`` adds each audit's paper-vs-ours table (``eu_audit.findings``)."""
     origins = _origin(audits, sweeps)
     if len(origins) > 1 and not allow_mixed:
         listed = "; ".join(f"{k}: {', '.join(v)}" for k, v in origins.items())
@@ -259,12 +265,12 @@ def write_report(
     if audits:
         lines += ["## Audits", ""]
         for a in audits:
-            lines += audit_section(a, out)
+            lines += audit_section(a, out, findings)
     if sweeps:
         lines += ["## Sweeps", ""]
         for s in sweeps:
             lines += sweep_section(s, out)
-    _save_rows(out / ROWS, sweeps, audits, title, notes_text, allow_mixed)
+    _save_rows(out / ROWS, sweeps, audits, title, notes_text, allow_mixed, findings)
     path = out / "report.md"
     with atomic_writer(path, private=False) as f:
         f.write("\n".join(lines) + "\n")
@@ -279,7 +285,13 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def _save_rows(
-    rows: Path, sweeps: list[Path], audits: list[Path], title: str, notes: str | None, allow_mixed: bool
+    rows: Path,
+    sweeps: list[Path],
+    audits: list[Path],
+    title: str,
+    notes: str | None,
+    allow_mixed: bool,
+    findings: bool,
 ) -> None:
     for a in audits:
         _copy(a, rows / "audits" / a.name)
@@ -293,6 +305,7 @@ def _save_rows(
         "audits": [a.name for a in audits],
         "sweeps": [s.name for s in sweeps],
         "allow_mixed": allow_mixed,
+        **({"findings": True} if findings else {}),  # absent when off: older manifests stay as they were
     }
     with atomic_writer(rows / MANIFEST, private=False) as f:
         f.write(json.dumps(manifest, indent=1) + "\n")
@@ -313,4 +326,12 @@ def regenerate(folder: Path, out: Path) -> Path:
         raise BadInput(
             f"not a report's rows manifest ({type(exc).__name__}: {exc})", path=str(path)
         ) from None
-    return write_report(sweeps, audits, out, title, notes, allow_mixed=bool(manifest.get("allow_mixed")))
+    return write_report(
+        sweeps,
+        audits,
+        out,
+        title,
+        notes,
+        allow_mixed=bool(manifest.get("allow_mixed")),
+        findings=bool(manifest.get("findings")),
+    )

@@ -36,6 +36,13 @@ def report(
         bool,
         typer.Option(help="Allow inputs from different models, engines or eu-audit commits in one report."),
     ] = False,
+    findings: Annotated[
+        bool,
+        typer.Option(
+            help="Add the paper-vs-ours table under each audit: the paper's finding about each method, "
+            "judged by the tests of its gate rules (reproduced / not reproduced / not shown at n = N)."
+        ),
+    ] = False,
 ) -> None:
     """Write a Markdown report with PNG plots from sweeps and audits, each with its command, engine, model
     digest and eu-audit commit. The inputs are saved beside it (rows/), so anyone can check it:
@@ -49,11 +56,13 @@ def report(
     from eu_audit.report import regenerate, write_report
 
     if rows is not None:
-        if sweep_dir or audit_json or notes or allow_mixed or title != "eu-audit report":
+        if sweep_dir or audit_json or notes or allow_mixed or findings or title != "eu-audit report":
             raise typer.BadParameter("--rows makes the report from its saved rows: give it alone (with -o)")
         say(out, f"wrote {regenerate(rows, out_path)}")
         return
     if not sweep_dir and not audit_json:
         raise typer.BadParameter("give at least one --sweep or --audit (or --rows)")
-    path = write_report(sweep_dir or [], audit_json or [], out_path, title, notes, allow_mixed=allow_mixed)
+    path = write_report(
+        sweep_dir or [], audit_json or [], out_path, title, notes, allow_mixed=allow_mixed, findings=findings
+    )
     say(out, f"wrote {path}")

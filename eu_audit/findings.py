@@ -1,0 +1,118 @@
+"""The paper's findings about each method, judged by the same tests as a gate.
+
+A finding is the paper's claim about one method against the B5 floor, written as the gate rules that
+decide it and the outcome that reproduces it: "B2 leaks on Leak@probes" is ``b2.leak_probes<=floor``
+*failed* (significantly worse than the floor at alpha); "B7 sits at the floor" is ``b7.leak_any<=floor``
+and ``b7.cad<=floor`` *held*. So a finding is called reproduced only when its test says so at the audit's
+n and alpha; the opposite decisive outcome is "not reproduced"; anything else is "not shown at n = N",
+with what would decide it. Nothing here is a gate: a report shows the table, no exit code reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from eu_audit.audits.model import AuditReport, GateResult
+
+Decisive = Literal["held", "failed"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    method: str
+    claim: str  # the paper's words, shortened
+    rules: tuple[str, ...]
+    reproduced_when: Decisive  # the outcome every rule must have for the finding to be reproduced
+
+
+PAPER: tuple[Finding, ...] = (
+    Finding("b0", "B0 (no forget) leaks z", ("b0.leak_any<=floor",), "failed"),
+    Finding(
+        "b1",
+        "B1 (memory delete) leaks like B0: what was derived from z stays",
+        ("b1.leak_any<=floor",),
+        "failed",
+    ),
+    Finding(
+        "b1", "B1 keeps B0's trajectory: its actions are not B5's (CAD > 0)", ("b1.cad<=floor",), "failed"
+    ),
+    Finding(
+        "b2",
+        "B2 (forget instruction) is high on Leak@probes and Leak@5",
+        ("b2.leak_probes<=floor", "b2.leak5<=floor"),
+        "failed",
+    ),
+    Finding("b3", "B3 (source redaction) leaks through derived artifacts", ("b3.leak_any<=floor",), "failed"),
+    Finding(
+        "b4",
+        "B4 (sanitize without replay) changes what the agent does (CAD > 0)",
+        ("b4.cad<=floor",),
+        "failed",
+    ),
+    Finding("b4", "B4 loses utility", ("b4.utility>=floor",), "failed"),
+    Finding("b5p", "B5' (prefix cache) is B5", ("b5p.leak_any<=floor", "b5p.cad<=floor"), "held"),
+    Finding(
+        "b6",
+        "B6 (string redaction) leaves behavioral residue: its actions are not B5's",
+        ("b6.cad<=floor",),
+        "failed",
+    ),
+    Finding(
+        "b7",
+        "B7 (selective replay) sits at the floor with CAD 0",
+        ("b7.leak_any<=floor", "b7.cad<=floor"),
+        "held",
+    ),
+    Finding("b8", "B8 (IFC) keeps z out of identifier sinks", ("b8.leak_action<=floor",), "held"),
+    Finding("b8", "B8 still leaks z in free text and state", ("b8.leak_any<=floor",), "failed"),
+    Finding("b9", "B9 (IFC + selective replay) is clean", ("b9.leak_any<=floor", "b9.cad<=floor"), "held"),
+)
+
+
+@dataclass(frozen=True)
+class Judged:
+    finding: Finding
+    verdict: str  # "reproduced" | "not reproduced" | "not shown at n = N"
+    results: list[GateResult]
+
+
+def judge(report: AuditReport, findings: Sequence[Finding] = PAPER) -> list[Judged]:
+    """Each finding whose method this audit has, judged by its rules' verdicts (``eu_audit.verdict``)."""
+    from eu_audit.gate import evaluate
+
+    judged = []
+    for f in findings:
+        if f.method not in report.methods:
+            continue
+        results = [r for r in evaluate(report, f.rules) if r.rule in f.rules]
+        outcomes = {r.outcome for r in results}
+        opposite = "held" if f.reproduced_when == "failed" else "failed"
+        if outcomes == {f.reproduced_when}:
+            verdict = "reproduced"
+        elif opposite in outcomes:
+            verdict = "not reproduced"
+        else:
+            verdict = f"not shown at n = {min(r.n for r in results)}"
+        judged.append(Judged(f, verdict, results))
+    return judged
+
+
+def findings_table(report: AuditReport) -> list[str]:
+    """The paper-vs-ours table of a report: one row per finding, its rules' tests and details quoted."""
+    judged = judge(report)
+    if not judged:
+        return []
+    lines = [
+        f"**Paper vs ours** (each finding judged by its rules' tests at alpha {report.alpha}, margin "
+        f"{report.margin}; reproduced only when every rule has the outcome that shows it)",
+        "",
+        "| finding (paper) | rule: verdict (n, test) | detail | judged |",
+        "|---|---|---|---|",
+    ]
+    for j in judged:
+        rules = "<br>".join(f"`{r.rule}`: {r.outcome} (n = {r.n}, {r.test})" for r in j.results)
+        detail = "<br>".join(r.detail for r in j.results)
+        lines.append(f"| {j.finding.claim} | {rules} | {detail} | **{j.verdict}** |")
+    return [*lines, ""]

@@ -1,0 +1,59 @@
+"""The paper's findings are judged by the same tests as a gate: a finding is "reproduced" only when every
+rule behind it has the outcome that shows it at the audit's n and alpha, "not reproduced" when a rule is
+decided the other way, and otherwise "not shown at n = N". Checked on the committed slice of the default
+model's audit (real rows: Qwen2.5-Coder-0.5B, 8 sessions), cut down to fewer sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eu_audit.audits.model import AuditReport, read_report
+from eu_audit.findings import PAPER, Finding, judge
+from eu_audit.report import regenerate, write_report
+
+SLICE = Path(__file__).parent.parent / "reports" / "audit-qwen2.5" / "slices" / "audit-slice-1.json"
+
+
+def _verdicts(rep: AuditReport, findings: tuple[Finding, ...] = PAPER) -> dict[str, str]:
+    return {j.finding.claim: j.verdict for j in judge(rep, findings)}
+
+
+def _first_sessions(rep: AuditReport, n: int) -> AuditReport:
+    keep = list(dict.fromkeys(s.session_id for s in rep.states))[:n]
+    return rep.model_copy(update={"states": [s for s in rep.states if s.session_id in keep]})
+
+
+def claim(method: str, starts: str) -> str:
+    return next(f.claim for f in PAPER if f.method == method and f.claim.startswith(starts))
+
+
+def test_a_finding_is_reproduced_only_when_its_test_says_so_at_that_n() -> None:
+    rep = read_report(SLICE)
+    got = _verdicts(rep)
+    # B2 is significantly worse than the floor on both rules at n = 8 (exact McNemar p = 0.031 each)
+    assert got[claim("b2", "B2")] == "reproduced"
+    # B0 leaks in 3 of 8 sessions more than its floor: not significant yet, so not called reproduced
+    assert got[claim("b0", "B0")] == "not shown at n = 8"
+    # B7's states are B5's token for token on an exact engine: held on equality
+    assert got[claim("b7", "B7")] == "reproduced"
+    # the same data cut to two sessions cannot show what eight did
+    two = _verdicts(_first_sessions(rep, 2))
+    assert two[claim("b2", "B2")] == "not shown at n = 2"
+
+
+def test_a_finding_decided_the_other_way_is_not_reproduced() -> None:
+    rep = read_report(SLICE)
+    contrary = (Finding("b2", "B2 sits at the floor", ("b2.leak_probes<=floor",), "held"),)
+    assert _verdicts(rep, contrary) == {"B2 sits at the floor": "not reproduced"}
+    absent = (Finding("b42", "a method this audit lacks", ("b42.cad<=floor",), "held"),)
+    assert _verdicts(rep, absent) == {}  # not judged at all, never "not shown"
+
+
+def test_a_report_with_findings_shows_the_table_and_makes_it_again_from_its_rows(tmp_path: Path) -> None:
+    path = write_report([], [SLICE], tmp_path / "r", "slice 1", None, findings=True)
+    md = path.read_text()
+    assert "**Paper vs ours**" in md and "| B2 (forget instruction)" in md and "**reproduced**" in md
+    again = regenerate(tmp_path / "r", tmp_path / "again")
+    assert again.read_bytes() == path.read_bytes()
+    plain = write_report([], [SLICE], tmp_path / "plain", "slice 1", None)
+    assert "Paper vs ours" not in plain.read_text()
