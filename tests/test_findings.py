@@ -57,3 +57,16 @@ def test_a_report_with_findings_shows_the_table_and_makes_it_again_from_its_rows
     assert again.read_bytes() == path.read_bytes()
     plain = write_report([], [SLICE], tmp_path / "plain", "slice 1", None)
     assert "Paper vs ours" not in plain.read_text()
+
+
+def test_a_leak_not_yet_significant_is_never_summarised_as_no_string_leak() -> None:
+    """B0 leaked in 3 of 8 sessions more than its floor (not significant at n = 8) and acts unlike B5
+    (CAD, p < 0.05): the summary says its leak is undecided, never "no string leak"."""
+    from eu_audit.audits.output import summary_lines, verdicts
+
+    rep = read_report(SLICE)
+    v = verdicts(rep)
+    assert v["b0"] == "acts unlike the reference" and v["b2"] == "still leaks" and v["b7"] == "forgets"
+    text = "\n".join(summary_lines(rep))
+    assert "not decided at this n): b0" in text
+    assert not any(line.startswith("Only stop saying") and "b0" in line for line in summary_lines(rep))

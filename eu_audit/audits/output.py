@@ -78,9 +78,11 @@ KEEPS = ("residue_context", "residue_store")
 
 
 def verdicts(report: AuditReport) -> dict[str, str]:
-    """method -> forgets / only stops saying / still leaks / still holds the target / not shown at this n,
-    from its default rules' verdicts on all sessions (``gate.default_rules``): "forgets" only when every
-    rule held with evidence. Without a floor nothing is compared: "not measured (no floor)"."""
+    """method -> forgets / only stops saying / acts unlike the reference / still leaks / still holds the
+    target / not shown at this n, from its default rules' verdicts on all sessions (``gate.default_rules``):
+    "forgets" only when every rule held with evidence, "only stops saying" only when its string-leak rules
+    held (a leak not yet significant is not "no leak"). Without a floor nothing is compared: "not measured
+    (no floor)"."""
     from eu_audit.gate import default_rules, evaluate, parse_rule
 
     out = {}
@@ -97,10 +99,11 @@ def verdicts(report: AuditReport) -> dict[str, str]:
         rules = [r for r in default_rules(report, ["all"]) if r.startswith(f"{method}.")]
         got = {parse_rule(g.rule).metric: g.outcome for g in evaluate(report, rules)}
         failed = {m for m, o in got.items() if o == "failed"}
+        says_held = all(got[m] == "held" for m in SAYS if m in got)
         out[method] = (
             "still leaks"
             if failed & set(SAYS)
-            else "only stops saying"
+            else ("only stops saying" if says_held else "acts unlike the reference")
             if failed & set(BEHAVES)
             else "still holds the target"
             if failed & set(KEEPS)
@@ -137,9 +140,13 @@ def summary_lines(report: AuditReport) -> list[str]:
         lines.append(f"Fail a rule against the floor: {', '.join(groups['fails another rule'])}.")
     if groups.get("only stops saying"):
         lines.append(
-            "Only stop saying (no string leak, but probes, actions or choices still differ from B5): "
-            + ", ".join(groups["only stops saying"])
-            + "."
+            "Only stop saying (no string leak, shown at this n; but probes, actions or choices still differ "
+            "from B5): " + ", ".join(groups["only stops saying"]) + "."
+        )
+    if groups.get("acts unlike the reference"):
+        lines.append(
+            "Act unlike B5 (probes, actions or choices differ from B5; whether they still say the target is "
+            "not decided at this n): " + ", ".join(groups["acts unlike the reference"]) + "."
         )
     if groups.get("still leaks"):
         lines.append(f"Still leak the target in what they say or do: {', '.join(groups['still leaks'])}.")
