@@ -234,8 +234,11 @@ def unlearn(
     requests = [
         _located(bundle, trace, partial(_request, trace, target, source)) for trace in bundle.sessions
     ]
-    for trace, request in zip(bundle.sessions, requests, strict=True):  # z and s resolve before a model loads
-        _located(bundle, trace, partial(locate, trace, request))
+    if target is not None or source is not None:
+        # a --target or --source from the command line resolves before a model loads; a bundle's own
+        # requests are checked with its token ids first (check_bundle_model names an edited block)
+        for trace, request in zip(bundle.sessions, requests, strict=True):
+            _located(bundle, trace, partial(locate, trace, request))
     box = open_outbox(bundle_path, outbox)
     if engine is None:
         engine = engine_for(bundle, model=model, loaded=loaded, server=server)

@@ -116,57 +116,57 @@ def verdicts(report: AuditReport) -> dict[str, str]:
     return out
 
 
+#: the summary's sentence for each verdict group, in the order printed (before the residue lines)
+GROUP_SENTENCES = (
+    (
+        "forgets",
+        "Forget (every rule against the B5 floor held with evidence: leakage, probes, CAD, behavior, "
+        "residue where measured)",
+    ),
+    (
+        "not shown at this n",
+        "Not shown to forget at this n (no rule failed, some are inconclusive; more sessions would decide)",
+    ),
+    ("fails another rule", "Fail a rule against the floor"),
+    (
+        "only stops saying",
+        "Only stop saying (no string leak, shown at this n; but probes, actions or choices still differ "
+        "from B5)",
+    ),
+    (
+        "acts unlike the reference",
+        "Act unlike B5 (probes, actions or choices differ from B5; whether they still say the target is "
+        "not decided at this n)",
+    ),
+    ("still leaks", "Still leak the target in what they say or do"),
+    (
+        "still holds the target",
+        "Still hold the target (in prompts after the forget, or in the store dump; where, below; what they "
+        "say is for the leak rules)",
+    ),
+)
+#: ... and after them
+LATE_SENTENCES = (
+    ("not measured (no floor)", "Not measured without the B5 floor (run with --floor to compare)"),
+    ("errored", "Errored (counted as failures)"),
+)
+
+
 def summary_lines(report: AuditReport) -> list[str]:
-    v = verdicts(report)
     groups: dict[str, list[str]] = {}
-    for m, verdict in v.items():
+    for m, verdict in verdicts(report).items():
         groups.setdefault(verdict, []).append(m)
     n_states = len({s.session_id for s in report.states})
     lines = [
         f"{n_states} session(s) over {', '.join(report.suites)}; model {report.model} on {report.engine}; "
         f"k={report.k} samples at T={report.temperature}; margin {report.margin}."
     ]
-    if groups.get("forgets"):
-        lines.append(
-            "Forget (every rule against the B5 floor held with evidence: leakage, probes, CAD, behavior, "
-            f"residue where measured): {', '.join(groups['forgets'])}."
-        )
-    if groups.get("not shown at this n"):
-        lines.append(
-            "Not shown to forget at this n (no rule failed, some are inconclusive; more sessions would "
-            f"decide): {', '.join(groups['not shown at this n'])}."
-        )
-    if groups.get("fails another rule"):
-        lines.append(f"Fail a rule against the floor: {', '.join(groups['fails another rule'])}.")
-    if groups.get("only stops saying"):
-        lines.append(
-            "Only stop saying (no string leak, shown at this n; but probes, actions or choices still differ "
-            "from B5): " + ", ".join(groups["only stops saying"]) + "."
-        )
-    if groups.get("acts unlike the reference"):
-        lines.append(
-            "Act unlike B5 (probes, actions or choices differ from B5; whether they still say the target is "
-            "not decided at this n): " + ", ".join(groups["acts unlike the reference"]) + "."
-        )
-    if groups.get("still leaks"):
-        lines.append(f"Still leak the target in what they say or do: {', '.join(groups['still leaks'])}.")
-    if groups.get("still holds the target"):
-        lines.append(
-            "Still hold the target (in prompts after the forget, or in the store dump; where, below; "
-            "what they say is for the leak rules): " + ", ".join(groups["still holds the target"]) + "."
-        )
+    lines += [f"{text}: {', '.join(groups[g])}." for g, text in GROUP_SENTENCES if groups.get(g)]
     hint = report.engine_facts.get("forget_hint")
     if hint:
         lines.append(f"The forget was sent the flagged observation's {hint}.")
     lines += residue_lines(report) + channel_lines(report)
-    if groups.get("not measured (no floor)"):
-        lines.append(
-            "Not measured without the B5 floor (run with --floor to compare): "
-            + ", ".join(groups["not measured (no floor)"])
-            + "."
-        )
-    if groups.get("errored"):
-        lines.append(f"Errored (counted as failures): {', '.join(groups['errored'])}.")
+    lines += [f"{text}: {', '.join(groups[g])}." for g, text in LATE_SENTENCES if groups.get(g)]
     dropped = {s: p for s, p in report.probes_dropped.items() if p}
     if dropped:
         lines.append(
@@ -179,34 +179,42 @@ def summary_lines(report: AuditReport) -> list[str]:
     )
     for method, m, why in unmeasured:
         lines.append(f"{method}.{m}: {why}.")
+    return lines + _serving_lines(report) + _cost_lines(report)
+
+
+def _serving_lines(report: AuditReport) -> list[str]:
     serving = report.cell(SERVING, "all")
-    if serving is not None:
-        r, e = serving.values.get("residual_cached_tokens"), serving.values.get("reset_effective")
-        lines.append(
-            "Serving layer: the server still serves "
-            + ("an unknown number of" if r is None else f"{r:.1f}")
-            + " cached token(s) of the prefix that carried z, beyond a decoy's (mean per session); after "
-            + "its own reset, "
-            + ("unknown" if e is None else f"{e:.0%} of sessions")
-            + " clean."
+    if serving is None:
+        return []
+    r, e = serving.values.get("residual_cached_tokens"), serving.values.get("reset_effective")
+    return [
+        "Serving layer: the server still serves "
+        + ("an unknown number of" if r is None else f"{r:.1f}")
+        + " cached token(s) of the prefix that carried z, beyond a decoy's (mean per session); after "
+        + "its own reset, "
+        + ("unknown" if e is None else f"{e:.0%} of sessions")
+        + " clean."
+    ]
+
+
+def _cost_lines(report: AuditReport) -> list[str]:
+    if not report.cost:
+        return []
+    c = report.cost
+    line = f"Cost: {c.get('wall_s')} s wall on {c.get('engine')}"
+    if c.get("cores"):
+        line += (
+            f", {c.get('cores')} cores, {c.get('wall_s_per_session')} s per session "
+            f"({c.get('resumed_states', 0)} state(s) resumed)"
         )
-    if report.cost:
-        c = report.cost
-        line = f"Cost: {c.get('wall_s')} s wall on {c.get('engine')}"
-        if c.get("cores"):
-            line += (
-                f", {c.get('cores')} cores, {c.get('wall_s_per_session')} s per session "
-                f"({c.get('resumed_states', 0)} state(s) resumed)"
-            )
-        if c.get("branches"):
-            line += f"; probes and samples decoded {c.get('branches')}"
-        if c.get("methods_s") or c.get("audit_s"):
-            line += (
-                f". Over every state, resumed ones included: the methods' own time {c.get('methods_s')} s "
-                f"(their ledgers), the audits' {c.get('audit_s')} s"
-            )
-        lines.append(line + ".")
-    return lines
+    if c.get("branches"):
+        line += f"; probes and samples decoded {c.get('branches')}"
+    if c.get("methods_s") or c.get("audit_s"):
+        line += (
+            f". Over every state, resumed ones included: the methods' own time {c.get('methods_s')} s "
+            f"(their ledgers), the audits' {c.get('audit_s')} s"
+        )
+    return [line + "."]
 
 
 def _black_box_states(report: AuditReport) -> dict[str, list[StateAudit]]:
