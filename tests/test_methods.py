@@ -110,13 +110,13 @@ def test_b4_removes_exactly_the_taint_closure(smol_all) -> None:  # type: ignore
 
 
 @pytest.mark.real_model
-def test_the_target_flowed_and_every_replay_based_state_is_clean(smol_all) -> None:  # type: ignore[no-untyped-def]
+def test_the_target_flowed_and_the_replayed_states_are_clean(smol_all) -> None:  # type: ignore[no-untyped-def]
     _, recorded, out = smol_all
     by = _by(out)
     leaked = [s for s in recorded.sessions if not by[f"{s.session_id}/b0"].receipts[0].clean]
     assert leaked, "on SmolLM2 the target should reach some derived state of the built-in suite"
     for s in recorded.sessions:
-        for m in ("b5", "b5p", "b7", "b9"):
+        for m in ("b5", "b7"):
             assert by[f"{s.session_id}/{m}"].receipts[0].clean, (s.session_id, m)
 
 
