@@ -334,7 +334,7 @@ def test_each_method_is_the_papers_definition_and_no_other(tiny_all: tuple[Path,
         assert ids["b0"] == recorded_ids and replayed["b0"] == 0
         assert by[f"{sid}/b0"].session.memory_final == s.session.memory_final
         assert ids["b1"] == recorded_ids and replayed["b1"] == 0
-        assert [m for m in by[f"{sid}/b1"].session.memory_final] == [
+        assert by[f"{sid}/b1"].session.memory_final == [
             m for m in s.session.memory_final if not (src in m.source_ids and not m.derived)
         ]
         # B2 is B0 plus one transition whose user turn asks to forget z
