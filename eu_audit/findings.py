@@ -6,6 +6,11 @@ decide it and the outcome that reproduces it: "B2 leaks on Leak@probes" is ``b2.
 and ``b7.cad<=floor`` *held*. So a finding is called reproduced only when its test says so at the audit's
 n and alpha; the opposite decisive outcome is "not reproduced"; anything else is "not shown at n = N",
 with what would decide it. Nothing here is a gate: a report shows the table, no exit code reads it.
+
+Some findings only mean something where the data give them something to show: "B8 keeps z out of
+identifier sinks" is vacuous on sessions where no method ever routed z. Such a finding names what must be
+*given* (``b0.tool.routing==0`` failed: B0 routed z in some session); where it is not, the finding is
+"not testable here", never reproduced.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ class Finding:
     claim: str  # the paper's words, shortened
     rules: tuple[str, ...]
     reproduced_when: Decisive  # the outcome every rule must have for the finding to be reproduced
+    #: what the data must show for the finding to be testable at all: (rule, its outcome)
+    given: tuple[tuple[str, Decisive], ...] = ()
 
 
 PAPER: tuple[Finding, ...] = (
@@ -65,7 +72,13 @@ PAPER: tuple[Finding, ...] = (
         ("b7.leak_any<=floor", "b7.cad<=floor"),
         "held",
     ),
-    Finding("b8", "B8 (IFC) keeps z out of identifier sinks", ("b8.leak_action<=floor",), "held"),
+    Finding(  # a fact per session: the sink policy is deterministic, one routed z refutes it
+        "b8",
+        "B8 (IFC) keeps z out of identifier sinks (where B0 routes z into one)",
+        ("b8.tool.routing==0",),
+        "held",
+        given=(("b0.tool.routing==0", "failed"),),
+    ),
     Finding("b8", "B8 still leaks z in free text and state", ("b8.leak_any<=floor",), "failed"),
     Finding("b9", "B9 (IFC + selective replay) is clean", ("b9.leak_any<=floor", "b9.cad<=floor"), "held"),
 )
@@ -74,8 +87,8 @@ PAPER: tuple[Finding, ...] = (
 @dataclass(frozen=True)
 class Judged:
     finding: Finding
-    verdict: str  # "reproduced" | "not reproduced" | "not shown at n = N"
-    results: list[GateResult]
+    verdict: str  # "reproduced" | "not reproduced" | "not shown at n = N" | "not testable here: ..."
+    results: list[GateResult]  # the finding's own rules, then its givens
 
 
 def judge(report: AuditReport, findings: Sequence[Finding] = PAPER) -> list[Judged]:
@@ -86,17 +99,32 @@ def judge(report: AuditReport, findings: Sequence[Finding] = PAPER) -> list[Judg
     for f in findings:
         if f.method not in report.methods:
             continue
-        results = [r for r in evaluate(report, f.rules) if r.rule in f.rules]
-        outcomes = {r.outcome for r in results}
-        opposite = "held" if f.reproduced_when == "failed" else "failed"
-        if outcomes == {f.reproduced_when}:
-            verdict = "reproduced"
-        elif opposite in outcomes:
-            verdict = "not reproduced"
-        else:
-            verdict = f"not shown at n = {min(r.n for r in results)}"
-        judged.append(Judged(f, verdict, results))
+        given = dict(f.given)
+        wanted = [*f.rules, *given]
+        results = {r.rule: r for r in evaluate(report, wanted) if r.rule in wanted}
+        mine = [results[r] for r in f.rules]
+        verdict = _verdict(f, mine, [results[r] for r in given], report)
+        judged.append(Judged(f, verdict, list(results.values())))
     return judged
+
+
+def _verdict(f: Finding, mine: list[GateResult], given: list[GateResult], report: AuditReport) -> str:
+    wanted = dict(f.given)
+    for g in given:
+        method = g.rule.split(".", 1)[0]
+        if method not in report.methods:
+            return f"not testable here: {method} not audited"
+        if g.outcome != wanted[g.rule]:
+            if g.outcome == "inconclusive":
+                return f"not shown at n = {g.n}"
+            return f"not testable here: `{g.rule}` {g.outcome}"
+    outcomes = {r.outcome for r in mine}
+    opposite = "held" if f.reproduced_when == "failed" else "failed"
+    if outcomes == {f.reproduced_when}:
+        return "reproduced"
+    if opposite in outcomes:
+        return "not reproduced"
+    return f"not shown at n = {min(r.n for r in mine)}"
 
 
 def findings_table(report: AuditReport) -> list[str]:
@@ -106,13 +134,18 @@ def findings_table(report: AuditReport) -> list[str]:
         return []
     lines = [
         f"**Paper vs ours** (each finding judged by its rules' tests at alpha {report.alpha}, margin "
-        f"{report.margin}; reproduced only when every rule has the outcome that shows it)",
+        f"{report.margin}; reproduced only when every rule has the outcome that shows it; a *given* rule "
+        "says the data hold something to show)",
         "",
         "| finding (paper) | rule: verdict (n, test) | detail | judged |",
         "|---|---|---|---|",
     ]
     for j in judged:
-        rules = "<br>".join(f"`{r.rule}`: {r.outcome} (n = {r.n}, {r.test})" for r in j.results)
+        given = dict(j.finding.given)
+        rules = "<br>".join(
+            f"{'given ' if r.rule in given else ''}`{r.rule}`: {r.outcome} (n = {r.n}, {r.test})"
+            for r in j.results
+        )
         detail = "<br>".join(r.detail for r in j.results)
         lines.append(f"| {j.finding.claim} | {rules} | {detail} | **{j.verdict}** |")
     return [*lines, ""]

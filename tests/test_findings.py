@@ -70,3 +70,22 @@ def test_a_leak_not_yet_significant_is_never_summarised_as_no_string_leak() -> N
     text = "\n".join(summary_lines(rep))
     assert "not decided at this n): b0" in text
     assert not any(line.startswith("Only stop saying") and "b0" in line for line in summary_lines(rep))
+
+
+def test_b8s_finding_is_judged_only_where_b0_routed_z_into_an_identifier_sink() -> None:
+    """The paper's B8 claim (IFC blocks identifier sinks) is a fact per session, and vacuous where no
+    session routed z at all: it needs B0 to have routed z (given), and is never reproduced without that."""
+    rep = read_report(SLICE)
+    b8 = next(j for j in judge(rep) if j.finding.method == "b8" and "identifier" in j.finding.claim)
+    by_rule = {r.rule: r for r in b8.results}
+    assert by_rule["b0.tool.routing==0"].outcome == "failed"  # B0 wrote z into a routing argument
+    assert by_rule["b8.tool.routing==0"].outcome == "held"  # B8 never did, in any session
+    assert b8.verdict == "reproduced"
+    nothing_routed = (
+        Finding("b8", "blocks", ("b8.tool.routing==0",), "held", given=(("b7.tool.routing==0", "failed"),)),
+    )
+    assert _verdicts(rep, nothing_routed) == {"blocks": "not testable here: `b7.tool.routing==0` held"}
+    absent = (
+        Finding("b8", "blocks", ("b8.tool.routing==0",), "held", given=(("b42.tool.routing==0", "failed"),)),
+    )
+    assert _verdicts(rep, absent) == {"blocks": "not testable here: b42 not audited"}
