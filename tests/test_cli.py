@@ -77,6 +77,24 @@ def test_a_command_refused_on_its_input_never_loads_a_model_library(tmp_path: Pa
         assert "exit 2 loaded []" in proc.stdout, (args, proc.stdout, proc.stderr)
 
 
+def test_listing_the_suites_never_imports_agentdojo() -> None:
+    """``suites list`` counts episodes; the toolset check (AgentDojo, seconds to import) runs when a run
+    loads a suite, never for a listing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from eu_audit.cli.app import main\n"
+        "sys.argv = ['eu-audit', 'suites', 'list']\n"
+        "try:\n    main()\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, 'agentdojo' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "exit 0 False" in proc.stdout and "agentdojo" in proc.stdout, (proc.stdout, proc.stderr)
+
+
 def test_a_bad_suite_file_names_its_line_and_field(builtin: list[Episode], tmp_path: Path) -> None:
     lines = [e.model_dump_json() for e in builtin]
     broken = json.loads(lines[1])

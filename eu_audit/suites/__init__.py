@@ -26,9 +26,10 @@ def data_dir(kind: str) -> Path:
     raise FileNotFoundError(f"eu-audit data folder '{kind}' is missing from this installation")
 
 
-def load_episodes(path: str | Path) -> list[Episode]:
+def load_episodes(path: str | Path, *, check_tools: bool = True) -> list[Episode]:
     """Every line validated as an episode and checked against the toolsets (tools, environment schema),
-    so a bad step is refused here, with its file and line, not when a run reaches it."""
+    so a bad step is refused here, with its file and line, not when a run reaches it. ``check_tools=False``
+    skips the toolset check (it imports AgentDojo, seconds): for listing, never before a run."""
     from eu_audit.suites.checks import EpisodeProblem, check_episode
 
     path = Path(path)
@@ -39,7 +40,8 @@ def load_episodes(path: str | Path) -> list[Episode]:
             raise BadInput(f"episode id '{ep.id}' appears twice", path=str(path), line=line, field="id")
         seen.add(ep.id)
         try:
-            check_episode(ep)
+            if check_tools:
+                check_episode(ep)
         except EpisodeProblem as exc:
             raise BadInput(str(exc), path=str(path), line=line, field=exc.field) from None
         episodes.append(ep)
@@ -48,8 +50,12 @@ def load_episodes(path: str | Path) -> list[Episode]:
     return episodes
 
 
+def shipped_file(name: str) -> Path:
+    return data_dir("suites") / f"{name}.jsonl"
+
+
 def _file_suite(name: str) -> Callable[[], list[Episode]]:
-    return lambda: load_episodes(data_dir("suites") / f"{name}.jsonl")
+    return lambda: load_episodes(shipped_file(name))
 
 
 #: suites shipped as data (built by ``eu-audit suites build NAME``)
