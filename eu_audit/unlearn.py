@@ -24,7 +24,7 @@ from eu_audit.methods.base import locate
 from eu_audit.runtime.agent import AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import Outbox
-from eu_audit.runtime.models import LoadedModel
+from eu_audit.runtime.models import LoadedModel, gguf_digest_unloaded
 from eu_audit.trace.records import ForgetRequest, LedgerRecord, Occurrence, ReceiptRecord
 from eu_audit.trace.session import Bundle, SessionTrace
 
@@ -80,6 +80,10 @@ def engine_for(
     template, token ids) before it runs anything. A served bundle goes back to its server (``server``
     overrides the URL the header records)."""
     header = bundle.header
+    if model and header.engine == "llamacpp" and loaded is None:  # refuse a wrong --model before loading it
+        have = gguf_digest_unloaded(model)
+        if have is not None:
+            _same_model(bundle, model, "weights", "model.weight_digest", header.model.weight_digest, have)
     options: dict[str, object] = {}
     if header.engine == "openai":
         recorded = (header.engine_facts.get("server") or {}).get("base_url")
@@ -94,27 +98,31 @@ def engine_for(
 def check_bundle_model(bundle: Bundle, engine: KVEngine) -> None:
     """The model is the one the bundle was recorded with (weights and chat template), and every block's
     token ids are in its vocabulary and say what the block's text says."""
-    header, where = bundle.header, str(bundle.path) if bundle.path else None
-    got = engine.loaded
-    for fld, want, have, what in (
-        ("model.weight_digest", header.model.weight_digest, got.weight_digest, "weights"),
-        (
-            "model.chat_template_digest",
-            header.model.chat_template_digest,
-            got.chat_template_digest,
-            "chat template",
-        ),
-    ):
-        if want != have:
-            raise BadInput(
-                f"the bundle was recorded with {what} {want[:12]}… but model '{got.name}' has {have[:12]}…; "
-                f"replay needs the same {what}",
-                path=where,
-                line=1,
-                field=fld,
-            )
+    header, got = bundle.header, engine.loaded
+    _same_model(
+        bundle, got.name, "weights", "model.weight_digest", header.model.weight_digest, got.weight_digest
+    )
+    _same_model(
+        bundle,
+        got.name,
+        "chat template",
+        "model.chat_template_digest",
+        header.model.chat_template_digest,
+        got.chat_template_digest,
+    )
     tok = engine.tokenizer
     check_tokens(bundle, tok, engine.vocab_size)
+
+
+def _same_model(bundle: Bundle, name: str, what: str, fld: str, want: str, have: str) -> None:
+    if want != have:
+        raise BadInput(
+            f"the bundle was recorded with {what} {want[:12]}… but model '{name}' has {have[:12]}…; "
+            f"replay needs the same {what}",
+            path=str(bundle.path) if bundle.path else None,
+            line=1,
+            field=fld,
+        )
 
 
 def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> ReceiptRecord:

@@ -16,7 +16,7 @@ from eu_audit.engines.llamacpp import LlamaCppEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import FAST_MODEL, load_gguf_model
+from eu_audit.runtime.models import DEFAULT_MODEL, FAST_MODEL, load_gguf_model
 from eu_audit.suites import load_suite
 from eu_audit.unlearn import unlearn
 
@@ -223,6 +223,10 @@ def test_what_llamacpp_cannot_do_is_refused_before_any_compute(tmp_path: Path) -
     record(RecordOptions(suite="builtin", n=1, model=FAST_MODEL, engine="llamacpp", out=src, max_tokens=8))
     proc = run_cli("unlearn", str(src), "-m", "excise")
     assert proc.returncode == 2 and "needs an engine that can excise (engines: hf)" in proc.stderr
+    # another model's weights are refused from their digest, before llama.cpp loads them
+    proc = run_cli("unlearn", str(src), "-m", "b7", "--model", DEFAULT_MODEL, "-o", str(tmp_path / "o.jsonl"))
+    assert proc.returncode == 2 and "model.weight_digest" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.jsonl").exists()
     header = json.loads(src.read_text().splitlines()[0])
     assert header["engine"] == "llamacpp" and header["model"]["dtype"] == "gguf"
 

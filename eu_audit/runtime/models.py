@@ -442,6 +442,15 @@ def gguf_path(spec: ModelSpec) -> tuple[Path, str]:
     return folder / "model.gguf", source_digest(folder) or src.sha256
 
 
+def gguf_digest_unloaded(ref: str) -> str | None:
+    """The weight digest llama.cpp would report for ``ref``, read without loading the model or a model
+    library (None when only a load can tell), so a wrong ``--model`` is refused in a second."""
+    try:
+        return gguf_path(resolve_model(ref))[1]
+    except BadInput:
+        return None
+
+
 def _weight_digest(spec: ModelSpec, path: Path) -> str:
     found = source_digest(path)
     if found:
