@@ -85,6 +85,27 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     )
 
 
+HEAVY = ("torch", "transformers", "llama_cpp", "agentdojo")  # each costs seconds to import
+_EXIT_AND_IMPORTS = (
+    "import sys\n"
+    "from eu_audit.cli.app import main\n"
+    "sys.argv = ['eu-audit', *sys.argv[1:]]\n"
+    "try:\n    main()\n"
+    "except SystemExit as exc:\n"
+    f"    print('exit', exc.code, 'loaded', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+)
+
+
+def exit_and_heavy_imports(*args: str) -> str:
+    """``eu-audit ARGS`` in a subprocess: 'exit CODE loaded [the heavy libraries it imported]'."""
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_AND_IMPORTS, *args], capture_output=True, text=True, timeout=300, env=env
+    )
+    line = [x for x in proc.stdout.splitlines() if x.startswith("exit ")]
+    return line[-1] if line else f"no exit line: {proc.stdout[-500:]} {proc.stderr[-2000:]}"
+
+
 @contextlib.contextmanager
 def http_process(
     argv: list[str], health: str = "/health", env: dict[str, str] | None = None

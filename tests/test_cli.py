@@ -9,6 +9,7 @@ import pytest
 
 from eu_audit.episodes import Episode
 
+from .helpers import exit_and_heavy_imports
 from .helpers import run_cli as run
 
 
@@ -49,9 +50,6 @@ def test_user_mistakes_exit_2_with_a_message_and_no_traceback(
 def test_a_command_refused_on_its_input_never_loads_a_model_library(tmp_path: Path) -> None:
     """Everything that can be checked is checked before any model runs: a mistake is answered before
     torch, transformers or llama.cpp are even imported (each costs seconds)."""
-    import subprocess
-    import sys
-
     missing = str(tmp_path / "missing.jsonl")
     commands = [
         ["audit", missing],
@@ -61,38 +59,14 @@ def test_a_command_refused_on_its_input_never_loads_a_model_library(tmp_path: Pa
         ["merge", missing, missing, "-o", str(tmp_path / "m.json")],
         ["power", missing],
     ]
-    code = (
-        "import sys\n"
-        "from eu_audit.cli.app import main\n"
-        "sys.argv = ['eu-audit', *sys.argv[1:]]\n"
-        "try:\n    main()\n"
-        "except SystemExit as exc:\n"
-        "    heavy = sorted(m for m in ('torch', 'transformers', 'llama_cpp') if m in sys.modules)\n"
-        "    print('exit', exc.code, 'loaded', heavy)\n"
-    )
     for args in commands:
-        proc = subprocess.run(
-            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120
-        )
-        assert "exit 2 loaded []" in proc.stdout, (args, proc.stdout, proc.stderr)
+        assert exit_and_heavy_imports(*args) == "exit 2 loaded []", args
 
 
 def test_listing_the_suites_never_imports_agentdojo() -> None:
     """``suites list`` counts episodes; the toolset check (AgentDojo, seconds to import) runs when a run
     loads a suite, never for a listing."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from eu_audit.cli.app import main\n"
-        "sys.argv = ['eu-audit', 'suites', 'list']\n"
-        "try:\n    main()\n"
-        "except SystemExit as exc:\n"
-        "    print('exit', exc.code, 'agentdojo' in sys.modules)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert "exit 0 False" in proc.stdout and "agentdojo" in proc.stdout, (proc.stdout, proc.stderr)
+    assert exit_and_heavy_imports("suites", "list") == "exit 0 loaded []"
 
 
 def test_a_bad_suite_file_names_its_line_and_field(builtin: list[Episode], tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from eu_audit.runtime.models import DEFAULT_MODEL, FAST_MODEL, load_gguf_model
 from eu_audit.suites import load_suite
 from eu_audit.unlearn import unlearn
 
-from .helpers import run_cli
+from .helpers import exit_and_heavy_imports, run_cli
 
 pytestmark = pytest.mark.real_model
 
@@ -223,9 +223,11 @@ def test_what_llamacpp_cannot_do_is_refused_before_any_compute(tmp_path: Path) -
     record(RecordOptions(suite="builtin", n=1, model=FAST_MODEL, engine="llamacpp", out=src, max_tokens=8))
     proc = run_cli("unlearn", str(src), "-m", "excise")
     assert proc.returncode == 2 and "needs an engine that can excise (engines: hf)" in proc.stderr
-    # another model's weights are refused from their digest, before llama.cpp loads them
-    proc = run_cli("unlearn", str(src), "-m", "b7", "--model", DEFAULT_MODEL, "-o", str(tmp_path / "o.jsonl"))
+    # another model's weights are refused from their digest, before llama.cpp (or torch) is imported
+    args = ("unlearn", str(src), "-m", "b7", "--model", DEFAULT_MODEL, "-o", str(tmp_path / "o.jsonl"))
+    proc = run_cli(*args)
     assert proc.returncode == 2 and "model.weight_digest" in proc.stderr and "Traceback" not in proc.stderr
+    assert exit_and_heavy_imports(*args) == "exit 2 loaded []"
     assert not (tmp_path / "o.jsonl").exists()
     header = json.loads(src.read_text().splitlines()[0])
     assert header["engine"] == "llamacpp" and header["model"]["dtype"] == "gguf"

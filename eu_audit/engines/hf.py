@@ -5,14 +5,15 @@ as tensors, so the one that can excise positions (B6) and write a KV sidecar."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from eu_audit.engines.base import ENGINES, Abilities
 from eu_audit.engines.schedule import LocalEngine
 from eu_audit.errors import CropUnsupported, RunFailed
 from eu_audit.runtime.models import LoadedModel, load_model
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made: listing engines or abilities never loads it
+    import torch
 
 
 @ENGINES.register("hf")
@@ -51,6 +52,7 @@ class HFEngine(LocalEngine):
             )
 
     def facts(self) -> dict[str, Any]:
+        import torch
         import transformers
 
         return {
@@ -66,11 +68,13 @@ class HFEngine(LocalEngine):
         return side
 
     # -- primitives ----------------------------------------------------------------------------------
-    @torch.inference_mode()
     def _run(self, ids: Sequence[int]) -> torch.Tensor:
-        inp = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=inp, cache=self.cache, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1].float()
+        import torch
+
+        with torch.inference_mode():
+            inp = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=inp, cache=self.cache, use_cache=True, logits_to_keep=1)
+            return out.logits[0, -1].float()
 
     def _drop(self, offset: int) -> None:
         self.cache.crop(offset - self.offset)  # transformers 5.x: a negative count of tokens to drop
@@ -95,6 +99,8 @@ class HFEngine(LocalEngine):
         computed (span-only excision, the invalidation ablation). The kept keys still carry their old
         rotary positions while later tokens are placed by the shorter length: the state the model
         then reads is one no prefill of any text produces, which is the point of the ablation."""
+        import torch
+
         drop: set[int] = set()
         for a, b in ranges:
             drop.update(range(a, b))
@@ -113,6 +119,7 @@ def bare_decode_loop(model: Any, ids: Sequence[int], max_tokens: int) -> tuple[l
     """A plain transformers greedy loop (no engine), for the benchmark: returns (ids, prefill s, decode s)."""
     import time
 
+    import torch
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
