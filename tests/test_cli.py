@@ -136,3 +136,13 @@ def test_without_a_terminal_progress_is_plain_lines_not_a_silent_bar(
     lines = capsys.readouterr().err.splitlines()
     # the first unit, then nothing within the interval, then the end
     assert lines == ["[0:00] 1/4 s0/agent", "[0:00] 4/4 written"]
+
+
+def test_help_reads_as_paragraphs_not_as_the_source_lines() -> None:
+    """A docstring's line breaks are the source file's, not the terminal's: --help joins them within a
+    paragraph and keeps command examples on their own lines."""
+    proc = run("audit", "--help")
+    assert proc.returncode == 0
+    assert "failed when the method is significantly worse (one-sided exact McNemar" in proc.stdout
+    merge = run("merge", "--help").stdout
+    assert "\n" in merge.split("eu-audit merge bb.1.jsonl", 1)[1].split("eu-audit merge a1.json", 1)[0]

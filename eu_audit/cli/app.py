@@ -4,6 +4,7 @@ option types several commands use. Each command lives in a module of its own bes
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 import time
@@ -136,12 +137,42 @@ def fail(exc: BaseException, message: str, code: int) -> None:
     sys.exit(code)
 
 
+_KEEP_BREAK_BEFORE = ("[bold]eu-audit", "eu-audit ", "- ", "* ", "  ")
+
+
+def reflow(doc: str) -> str:
+    """A docstring as --help should show it: typer's rich mode keeps every source line break, so a line
+    written for a 110-column file wraps twice at 80. Paragraphs keep their lines joined; a line that
+    starts a command example or a list item keeps its own line."""
+    paragraphs = []
+    for par in inspect.cleandoc(doc).split("\n\n"):
+        lines = par.split("\n")
+        joined = [lines[0]]
+        for line in lines[1:]:
+            if line.startswith(_KEEP_BREAK_BEFORE) or par.startswith("\b"):
+                joined.append(line)
+            else:
+                joined[-1] += " " + line
+        paragraphs.append("\n".join(joined))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_commands(typer_app: typer.Typer) -> None:
+    for cmd in typer_app.registered_commands:
+        if cmd.callback is not None and cmd.callback.__doc__:
+            cmd.callback.__doc__ = reflow(cmd.callback.__doc__)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_commands(group.typer_instance)
+
+
 def main() -> None:
     """Run the CLI under the one exit-code contract: 0 ok, 1 a gate failed, 2 bad input, 3 run failed,
     4 a gate is inconclusive.
     Nothing else leaves this function: an unexpected error is a failed run (3), one line, and its
     traceback with --debug or EU_AUDIT_DEBUG=1."""
     interrupt_on_sigterm()  # a kill unwinds like ^C, so no temporary file is left behind
+    _reflow_commands(app)
     try:
         rc = app(standalone_mode=False)
     except EuAuditError as exc:
