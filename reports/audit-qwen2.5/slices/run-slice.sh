@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One slice of the default model's n = 30 run, at the commit every slice runs (so the slices stay one run):
+#
+#   reports/audit-qwen2.5/slices/run-slice.sh I [WORKDIR]      # I = 1..15
+#
+# Checks out commit 018a927 into WORKDIR/code (a detached git worktree; this checkout's .venv runs it),
+# records shard I/15 and audits it there (about 35 min on 2 cores), and copies the masked audit JSON
+# here as audit-slice-I.json. It never overwrites a slice already here. Then: add the slice's row to the
+# table in README.md, `eu-audit merge reports/audit-qwen2.5/slices/audit-slice-*.json -o merged.json`, and
+# remake ../report.md from merged.json with --findings and the notes (../rows/report.json holds them).
+set -euo pipefail
+I=${1:?usage: run-slice.sh I [WORKDIR]   (I = 1..15)}
+[[ "$I" =~ ^([1-9]|1[0-5])$ ]] || { echo "slice must be 1..15, got '$I'" >&2; exit 2; }
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../../.." && pwd)"
+COMMIT=018a927
+WORK=${2:-"$ROOT/../eu-slices"}
+[ -e "$HERE/audit-slice-$I.json" ] && { echo "audit-slice-$I.json is already here" >&2; exit 2; }
+mkdir -p "$WORK/slice-$I"
+[ -d "$WORK/code" ] || git -C "$ROOT" worktree add --detach "$WORK/code" "$COMMIT"
+[ "$(git -C "$WORK/code" rev-parse --short=7 HEAD)" = "$COMMIT" ] || { echo "$WORK/code is not at $COMMIT" >&2; exit 2; }
+EU=("$ROOT/.venv/bin/python" -m eu_audit.cli)
+cd "$WORK/slice-$I"
+export PYTHONPATH="$WORK/code"
+time "${EU[@]}" record --suite agentdojo,bfcl-memory,bfcl-tools,preference --n 30 --shard "$I/15" --seed 0 \
+  -o "slice-$I.jsonl" --force
+rc=0
+time "${EU[@]}" audit "slice-$I.jsonl" --json "audit-slice-$I.json" || rc=$?
+# the audit's exit is its verdict on the default rules (1: a method fails, 4: inconclusive at this n):
+# either way the slice is data; 2 and 3 are a bad input or a failed run
+[[ "$rc" =~ ^[014]$ ]] || { echo "the audit of slice $I exited $rc" >&2; exit "$rc"; }
+cp "audit-slice-$I.json" "$HERE/audit-slice-$I.json"
+echo "slice $I: $HERE/audit-slice-$I.json"
