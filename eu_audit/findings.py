@@ -99,32 +99,28 @@ def judge(report: AuditReport, findings: Sequence[Finding] = PAPER) -> list[Judg
     for f in findings:
         if f.method not in report.methods:
             continue
-        given = dict(f.given)
-        wanted = [*f.rules, *given]
+        wanted = [*f.rules, *(rule for rule, _ in f.given)]
         results = {r.rule: r for r in evaluate(report, wanted) if r.rule in wanted}
-        mine = [results[r] for r in f.rules]
-        verdict = _verdict(f, mine, [results[r] for r in given], report)
-        judged.append(Judged(f, verdict, list(results.values())))
+        judged.append(Judged(f, _verdict(f, results, report), list(results.values())))
     return judged
 
 
-def _verdict(f: Finding, mine: list[GateResult], given: list[GateResult], report: AuditReport) -> str:
-    wanted = dict(f.given)
-    for g in given:
-        method = g.rule.split(".", 1)[0]
+def _verdict(f: Finding, results: dict[str, GateResult], report: AuditReport) -> str:
+    for rule, outcome in f.given:
+        method, got = rule.split(".", 1)[0], results[rule]
         if method not in report.methods:
             return f"not testable here: {method} not audited"
-        if g.outcome != wanted[g.rule]:
-            if g.outcome == "inconclusive":
-                return f"not shown at n = {g.n}"
-            return f"not testable here: `{g.rule}` {g.outcome}"
-    outcomes = {r.outcome for r in mine}
+        if got.outcome == "inconclusive":
+            return f"not shown at n = {got.n}"
+        if got.outcome != outcome:
+            return f"not testable here: `{rule}` {got.outcome}"
+    outcomes = {results[r].outcome for r in f.rules}
     opposite = "held" if f.reproduced_when == "failed" else "failed"
     if outcomes == {f.reproduced_when}:
         return "reproduced"
     if opposite in outcomes:
         return "not reproduced"
-    return f"not shown at n = {min(r.n for r in mine)}"
+    return f"not shown at n = {min(results[r].n for r in f.rules)}"
 
 
 def findings_table(report: AuditReport) -> list[str]:

@@ -146,10 +146,13 @@ def reflow(doc: str) -> str:
     starts a command example or a list item keeps its own line."""
     paragraphs = []
     for par in inspect.cleandoc(doc).split("\n\n"):
+        if par.startswith("\b"):  # click's mark for a paragraph kept as written
+            paragraphs.append(par)
+            continue
         lines = par.split("\n")
         joined = [lines[0]]
         for line in lines[1:]:
-            if line.startswith(_KEEP_BREAK_BEFORE) or par.startswith("\b"):
+            if line.startswith(_KEEP_BREAK_BEFORE):
                 joined.append(line)
             else:
                 joined[-1] += " " + line

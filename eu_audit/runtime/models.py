@@ -444,9 +444,11 @@ def gguf_path(spec: ModelSpec) -> tuple[Path, str]:
 
 def gguf_digest_unloaded(ref: str) -> str | None:
     """The weight digest llama.cpp would report for ``ref``, read without loading the model or a model
-    library (None when only a load can tell), so a wrong ``--model`` is refused in a second."""
+    library, so a wrong ``--model`` is refused in a second. None where only hashing the whole file (a
+    user's .gguf: the load hashes it anyway, so hashing it here too would double that) or a load can tell."""
     try:
-        return gguf_path(resolve_model(ref))[1]
+        spec = resolve_model(ref)
+        return gguf_path(spec)[1] if isinstance(spec.source, EmbeddedGGUF) else None
     except BadInput:
         return None
 
