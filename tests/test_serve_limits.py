@@ -450,3 +450,64 @@ def test_serve_never_answers_a_call_whose_name_it_would_refuse_when_echoed_back(
     assert [c["function"]["name"] for c in split_reply(fine)[1]] == ["book_taxi"]
     content, calls = split_reply(long)
     assert calls == [] and len("I am a tool_" * 40) > MAX_FUNCTION_NAME and "I am a tool_" in content
+
+
+#: a schema a random model can complete in a few tokens: every key required, each value from a short set
+VERDICT_SCHEMA = {
+    "type": "object",
+    "properties": {"held": {"type": "boolean"}, "n": {"enum": [1, 2, 30]}},
+    "required": ["held", "n"],
+    "additionalProperties": False,
+}
+
+
+def test_a_reply_asked_for_json_matching_a_schema_matches_it_even_from_a_random_model(
+    serve: tuple[str, Path, str],
+) -> None:
+    """``response_format`` as llama.cpp's server and vLLM honour it: a memory library that asks for JSON
+    (Graphiti's extraction, mem0's) gets JSON, whatever the model would have written. The random tiny
+    model writes noise unconstrained; held to the schema, every seed's reply parses and matches it."""
+    url, log, _ = serve
+    fmt = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA}}
+    body = {"model": "m", "max_tokens": 40, "messages": HI, "response_format": fmt}
+    for seed in range(3):
+        status, got = call(url, "/v1/chat/completions", {**body, "temperature": 1.0, "seed": seed})
+        assert status == 200, got
+        reply = json.loads(got["choices"][0]["message"]["content"])
+        assert set(reply) == {"held", "n"} and isinstance(reply["held"], bool) and reply["n"] in (1, 2, 30)
+        assert got["choices"][0]["finish_reason"] == "stop"
+        assert entries(log)[-1]["response_format"] == "json_schema verdict"
+    status, got = call(url, "/v1/chat/completions", {**body, "response_format": {"type": "json_object"}})
+    assert status == 200 and got["choices"][0]["message"]["content"].startswith("{"), got
+    assert entries(log)[-1]["response_format"] == "json_object"
+
+
+def test_a_json_format_with_tools_offered_is_not_enforced_and_the_log_says_so(
+    serve: tuple[str, Path, str],
+) -> None:
+    """OpenAI's format binds a reply's content, not a call to an offered tool: with tools, the model may
+    call one, so serve does not hold it to JSON, and its log does not claim it did."""
+    url, log, _ = serve
+    body = {"model": "m", "max_tokens": 4, "messages": HI, "tools": TAXI}
+    status, got = call(url, "/v1/chat/completions", {**body, "response_format": {"type": "json_object"}})
+    assert status == 200, got
+    assert entries(log)[-1]["response_format"] == "json_object (not enforced: the request offers tools)"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "said"),
+    [
+        ({"type": "json_schema"}, "response_format"),
+        ({"type": "yaml"}, "response_format.type"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}, "nonsense"),
+        ({"type": "json_schema", "json_schema": {"schema": {"$ref": "#/nope"}}}, "/nope"),
+    ],
+)
+def test_a_response_format_serve_cannot_hold_a_reply_to_is_a_400_naming_it(
+    serve: tuple[str, Path, str], fmt: dict[str, Any], said: str
+) -> None:
+    url, _, _ = serve
+    body = {"model": "m", "max_tokens": 4, "messages": HI, "response_format": fmt}
+    status, got = call(url, "/v1/chat/completions", body)
+    assert status == 400 and said in got["error"]["message"], got
+    assert "response_format" in got["error"]["message"], got

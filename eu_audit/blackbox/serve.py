@@ -74,6 +74,7 @@ from eu_audit.blackbox.serve_api import (
     write_control_file,
 )
 from eu_audit.engines import KVEngine, Sampling
+from eu_audit.engines.constraint import StructuredOutput
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, HttpStatus, request_json
 from eu_audit.jsonl import check_text, parse_line
@@ -215,6 +216,7 @@ class Backend:
     )
     # (lane, opening segment) -> cache, least recently used first
     caches: OrderedDict[tuple[str, int], LaneCache] = field(default_factory=OrderedDict)
+    _structured: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if self.engine is not None:
@@ -318,20 +320,27 @@ class Backend:
         stop_early: Callable[[Sequence[int]], bool],
         deadline: float,
         lane: str = "",
+        schema: dict[str, Any] | None = None,
     ) -> tuple[list[int], int, int, str]:
         """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason), on the
-        lane's own cache. Waits for the engine no longer than the request's deadline."""
+        lane's own cache. Waits for the engine no longer than the request's deadline. With a JSON
+        ``schema`` the reply is held to it token by token."""
         assert self.engine is not None
         if not segs or not any(segs):
             raise Refused(400, "empty prompt")
         segs = self._fit(segs)
 
         def turn() -> tuple[int, list[int]]:
+            constraint = self.structured().constraint(schema) if schema is not None else None
             cache = self.cache_for(lane, segs[0])
             cached = self._load(cache, segs)
             start = cache.engine.offset
             gen = cache.engine.decode(
-                max_tokens=max_tokens, stop_ids=self.stop_ids, sampling=sampling, stop_early=stop_early
+                max_tokens=max_tokens,
+                stop_ids=self.stop_ids,
+                sampling=sampling,
+                stop_early=stop_early,
+                constraint=constraint,
             )
             cache.engine.crop(start)  # the turn becomes a segment when the client sends it back
             return cached, gen
@@ -340,6 +349,14 @@ class Backend:
         ended = bool(gen) and gen[-1] in self.stop_ids
         body = [*gen, *(self.closing_after_stop if ended else self.closing)]
         return body, cached, sum(map(len, segs)), "stop" if ended else "length"
+
+    def structured(self) -> StructuredOutput:
+        """The model's tokenizer for structured output, built on the first request that asks for JSON.
+        Called on the model thread."""
+        assert self.engine is not None
+        if self._structured is None:
+            self._structured = StructuredOutput(self.engine.tokenizer, self.engine.vocab_size, self.stop_ids)
+        return self._structured
 
     def text_of(self, ids: Sequence[int]) -> str:
         assert self.engine is not None
@@ -533,7 +550,8 @@ class Routes:
     def _forward(self, path: str, req: BaseModel, sampling: Sampling, call: Call) -> dict[str, Any]:
         """Proxy mode: the upstream answers, under the pinned decoding, with only the allowed fields."""
         assert self.backend.upstream is not None
-        body = {k: v for k, v in req.model_dump(exclude_none=True).items() if k in FORWARDED[path]}
+        given = req.model_dump(exclude_none=True, by_alias=True)
+        body = {k: v for k, v in given.items() if k in FORWARDED[path]}
         if path != "/v1/embeddings":
             body["temperature"] = sampling.temperature
             if sampling.temperature > 0:
@@ -662,13 +680,18 @@ class Routes:
             choice = req.tool_choice
             named = choice.get("function") or {} if isinstance(choice, dict) else {}
             call.log["tool_choice"] = choice if isinstance(choice, str) else str(named.get("name"))
+        schema = self._json_wanted(req, tools, call)
         budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
-        ids, cached, prompt_n, finish = b.generate(
-            segs, budget, sampling, call.stop_early, call.deadline, call.lane_name
-        )
+        try:
+            ids, cached, prompt_n, finish = b.generate(
+                segs, budget, sampling, call.stop_early, call.deadline, call.lane_name, schema
+            )
+        except BadInput as exc:  # a schema the grammar compiler refused
+            raise Refused(400, str(exc)) from None
         finish = call.finish(finish)
         body = forced + ids
-        text, calls = split_reply(b.text_of(body))
+        # a JSON reply is content, whatever keys it has; it never holds a call's markup
+        text, calls = (b.text_of(body), []) if schema is not None else split_reply(b.text_of(body))
         shown = "length" if finish == "repetition" else finish
         b.generations.remember(text, calls, body)
         usage = _usage(prompt_n, cached, len(ids))
@@ -683,6 +706,20 @@ class Routes:
             "choices": [choice],
             "usage": usage,
         }
+
+    @staticmethod
+    def _json_wanted(req: ChatRequest, tools: Any, call: Call) -> dict[str, Any] | None:
+        """The schema a reply is held to, logged. With tools offered the model may call one instead (an
+        OpenAI reply's format binds its content, not its calls): not enforced, and the log says so."""
+        wanted = req.response_format.wanted() if req.response_format is not None else None
+        if wanted is None:
+            return None
+        name, schema = wanted
+        if tools:
+            call.log["response_format"] = f"{name} (not enforced: the request offers tools)"
+            return None
+        call.log["response_format"] = name
+        return schema
 
     def _name_the_call(self, segs: list[list[int]], names: list[str], sampling: Sampling, call: Call) -> str:
         """``tool_choice: "required"``: the model writes the function's name after the call's opening,

@@ -165,9 +165,39 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
+class JsonSchemaFormat(_Open):
+    name: str = Field("", max_length=64)
+    #: the reply's JSON schema (``schema`` on the wire); absent: any JSON object (non-strict OpenAI)
+    json_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Open):
+    """OpenAI's ``response_format``: plain text, any JSON object, or JSON matching a schema. A local model
+    is held to it token by token (``eu_audit.engines.constraint``) when the request offers no tools."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a 'json_schema' object with the 'schema'")
+        return self
+
+    def wanted(self) -> tuple[str, dict[str, Any]] | None:
+        """(the log's name for it, the JSON schema) a JSON reply must match; None for plain text."""
+        if self.type == "json_object":
+            return "json_object", {"type": "object"}
+        if self.type == "json_schema" and self.json_schema is not None:
+            return f"json_schema {self.json_schema.name}".strip(), self.json_schema.json_schema
+        return None
+
+
 class ChatRequest(_Open):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
+    response_format: ResponseFormat | None = None
     #: OpenAI's: "auto" (the default), "none", "required", or {"type": "function", "function": {"name"}}
     tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -235,6 +265,8 @@ class LogEntry(BaseModel):
     messages: list[dict[str, Any]] | None = None
     tools: list[str] | None = None
     tool_choice: str | None = None  # "required" or a function's name: the reply was opened as a call to it
+    #: the JSON the reply was held to ("json_object", "json_schema NAME"), or why a format was not enforced
+    response_format: str | None = None
     #: under "required": the name the model began and the offered function the call was given
     named_call: dict[str, str] | None = None
     prompt_text: str | None = None

@@ -22,10 +22,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from eu_audit.registry import Registry
 from eu_audit.runtime.models import LoadedModel
+
+if TYPE_CHECKING:
+    from eu_audit.engines.constraint import Constraint
 
 
 @dataclass
@@ -148,6 +151,7 @@ class KVEngine(Protocol):
         sampling: Sampling,
         prefix_ids: Sequence[int] = (),
         stop_early: Callable[[Sequence[int]], bool] | None = None,
+        constraint: Constraint | None = None,
     ) -> list[int]: ...
 
     def commit(self, start: int, ids: Sequence[int]) -> None: ...

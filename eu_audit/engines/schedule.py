@@ -28,6 +28,8 @@ from eu_audit.runtime.models import LoadedModel
 if TYPE_CHECKING:  # torch loads with the first pick: a command refused on its input never pays for it
     import torch
 
+    from eu_audit.engines.constraint import Constraint
+
 
 class Schedule:
     """The turn and branch rules every engine shares; an engine subclasses this (or ``LocalEngine``)."""
@@ -61,6 +63,7 @@ class Schedule:
         sampling: Sampling,
         prefix_ids: Sequence[int] = (),
         stop_early: Callable[[Sequence[int]], bool] | None = None,
+        constraint: Constraint | None = None,
     ) -> list[int]:
         raise NotImplementedError
 
@@ -253,9 +256,11 @@ class LocalEngine(Schedule):
         sampling: Sampling,
         prefix_ids: Sequence[int] = (),
         stop_early: Callable[[Sequence[int]], bool] | None = None,
+        constraint: Constraint | None = None,
     ) -> list[int]:
         """Decode token by token after an optional forced prefix; returns the new ids (a final stop id
-        included). The state is left token-by-token: ``commit`` makes it canonical."""
+        included). The state is left token-by-token: ``commit`` makes it canonical. A ``constraint``
+        (structured output) masks the ids it forbids before each pick."""
         if prefix_ids:
             self.prefill(prefix_ids)
         logits = self._last_logits
@@ -265,7 +270,11 @@ class LocalEngine(Schedule):
         stops = set(stop_ids)
         out: list[int] = []
         for i in range(max_tokens):
+            if constraint is not None:
+                logits = constraint.restrict(logits)
             tok = pick(logits, sampling, gen)
+            if constraint is not None:
+                constraint.accept(tok)
             out.append(tok)
             if tok in stops or i == max_tokens - 1 or (stop_early is not None and stop_early(out)):
                 break  # the last id is not fed here: commit feeds the whole turn

@@ -25,13 +25,16 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from eu_audit.engines.base import ENGINES, Abilities, Sampling, TokenAccount
 from eu_audit.engines.schedule import Schedule
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, request_json
 from eu_audit.runtime.models import LoadedModel, load_model
+
+if TYPE_CHECKING:
+    from eu_audit.engines.constraint import Constraint
 
 SERVER_ENV = "EU_AUDIT_SERVER"  # the server's base URL when --server is not given
 DIALECTS = ("llamacpp", "vllm", "sglang", "eu-audit", "openai")
@@ -393,8 +396,11 @@ class OpenAIEngine(Schedule):
         sampling: Sampling,
         prefix_ids: Sequence[int] = (),
         stop_early: Callable[[Sequence[int]], bool] | None = None,
+        constraint: Constraint | None = None,
     ) -> list[int]:
         """Generate after the state and a forced prefix; the state is left holding the prefix."""
+        if constraint is not None:  # the server samples; a mask per token would be a request per token
+            raise BadInput("structured output (response_format) needs a local engine: llamacpp or hf")
         with self.slot.lock:  # the whole exchange: no other engine's request lands on the slot between
             if self.schedule == "canonical":
                 self._sync()

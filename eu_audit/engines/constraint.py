@@ -1,0 +1,92 @@
+"""Structured output: a reply held to a JSON schema token by token, the way llama.cpp's server and vLLM
+honour OpenAI's ``response_format``.
+
+Memory libraries ask their model for JSON that matches a schema (Graphiti's entity and edge extraction,
+mem0's fact extraction, Letta's and LangMem's tool arguments) and stop when it does not parse. Servers
+that do constrained decoding never give them prose, so a small local model behind ``eu-audit serve``
+must not either, or a stack is "not measurable" for a reason no deployment has. Before each token the
+ids that cannot continue a JSON text matching the schema are masked out (llguidance, over the model's
+own tokenizer); once the text is complete only the chat format's stop id remains. At temperature 0 the
+reply is the argmax among the allowed ids: a function of the prompt, the schema and the weights alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from eu_audit.errors import BadInput
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+#: JSON as ``json.dumps`` writes it (the spacing models saw most) and no other whitespace, so a small model
+#: cannot spend its budget on indentation or newlines
+JSON_OPTIONS: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
+
+
+class Constraint(Protocol):
+    """What decoding asks before and after each token (``LocalEngine.decode``)."""
+
+    def restrict(self, logits: Any) -> np.ndarray:
+        """The logits with every id the constraint forbids set to -inf (a new array)."""
+        ...
+
+    def accept(self, token: int) -> None:
+        """The id decoding picked, so the next mask follows it."""
+        ...
+
+
+class JsonConstraint:
+    """One reply's matcher: the grammar's state after the ids decoded so far."""
+
+    def __init__(self, matcher: Any, vocab: int) -> None:
+        self.matcher, self.vocab = matcher, vocab
+        self._bits = np.zeros(((vocab + 31) // 32,), dtype=np.int32)
+
+    def allowed(self) -> np.ndarray:
+        self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.vocab].astype(bool)
+
+    def restrict(self, logits: Any) -> np.ndarray:
+        scores = np.array(logits, dtype=np.float32, copy=True).reshape(-1)
+        allowed = self.allowed()
+        n = min(len(scores), len(allowed))
+        scores[:n][~allowed[:n]] = -np.inf
+        scores[n:] = -np.inf  # ids past the tokenizer's (padding rows of the embedding) are never text
+        return scores
+
+    def accept(self, token: int) -> None:
+        self.matcher.consume_token(int(token))
+
+
+class StructuredOutput:
+    """A model's tokenizer as llguidance reads it (built once, ~1 s for a 150k vocabulary), and the
+    constraint for each request that asks for JSON."""
+
+    def __init__(self, tokenizer: Any, vocab: int, stop_ids: Sequence[int]) -> None:
+        try:
+            import llguidance.hf
+        except ImportError as exc:  # a core dependency; only a broken install lacks it
+            raise BadInput(f"structured output needs the 'llguidance' package ({exc})") from None
+        self.vocab = vocab
+        self._llg = llguidance
+        self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab, eos_token=list(stop_ids))
+
+    def constraint(self, schema: dict[str, Any]) -> JsonConstraint:
+        """A fresh matcher for one reply; a schema the compiler cannot take is refused, naming why."""
+        try:
+            grammar = self._llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_OPTIONS)
+        except (ValueError, TypeError) as exc:
+            raise BadInput(f"field 'response_format': not a JSON schema ({exc})") from None
+        matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise BadInput(f"field 'response_format': the schema cannot be enforced: {matcher.get_error()}")
+        return JsonConstraint(matcher, self.vocab)
