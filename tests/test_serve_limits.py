@@ -287,6 +287,10 @@ def test_proxy_mode_forwards_only_allowed_fields_and_never_echoes_the_upstreams_
                 "user": "alice",
                 "temperature": 1.5,
                 "max_tokens": 5,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "v", "schema": VERDICT_SCHEMA},
+                },
             }
             assert call(url, "/v1/chat/completions", body)[0] == 200
             status, got = call(
@@ -297,6 +301,7 @@ def test_proxy_mode_forwards_only_allowed_fields_and_never_echoes_the_upstreams_
     sent = _Upstream.seen[0]
     assert "api_key" not in sent and "user" not in sent and sent["max_tokens"] == 5
     assert sent["temperature"] == 0.0  # the pin, not the client
+    assert sent["response_format"]["json_schema"]["schema"] == VERDICT_SCHEMA  # as the client wrote it
     assert status == 502 and "sk-secret" not in json.dumps(got) and "401" in got["error"]["message"]
 
 
@@ -476,10 +481,10 @@ def test_a_reply_asked_for_json_matching_a_schema_matches_it_even_from_a_random_
         reply = json.loads(got["choices"][0]["message"]["content"])
         assert set(reply) == {"held", "n"} and isinstance(reply["held"], bool) and reply["n"] in (1, 2, 30)
         assert got["choices"][0]["finish_reason"] == "stop"
-        assert entries(log)[-1]["response_format"] == "json_schema verdict"
+        assert entries(log)[-1]["held_to"] == "json_schema verdict"
     status, got = call(url, "/v1/chat/completions", {**body, "response_format": {"type": "json_object"}})
     assert status == 200 and got["choices"][0]["message"]["content"].startswith("{"), got
-    assert entries(log)[-1]["response_format"] == "json_object"
+    assert entries(log)[-1]["held_to"] == "json_object"
 
 
 def test_a_json_format_with_tools_offered_is_not_enforced_and_the_log_says_so(
@@ -491,7 +496,7 @@ def test_a_json_format_with_tools_offered_is_not_enforced_and_the_log_says_so(
     body = {"model": "m", "max_tokens": 4, "messages": HI, "tools": TAXI}
     status, got = call(url, "/v1/chat/completions", {**body, "response_format": {"type": "json_object"}})
     assert status == 200, got
-    assert entries(log)[-1]["response_format"] == "json_object (not enforced: the request offers tools)"
+    assert entries(log)[-1]["held_to"] == "json_object (not enforced: the request offers tools)"
 
 
 @pytest.mark.parametrize(
@@ -511,3 +516,34 @@ def test_a_response_format_serve_cannot_hold_a_reply_to_is_a_400_naming_it(
     status, got = call(url, "/v1/chat/completions", body)
     assert status == 400 and said in got["error"]["message"], got
     assert "response_format" in got["error"]["message"], got
+
+
+def test_a_forced_calls_arguments_match_the_functions_parameters_even_from_a_random_model(
+    serve: tuple[str, Path, str],
+) -> None:
+    """Letta refuses a call without its required argument ("send_message missing message argument"):
+    under ``tool_choice`` the arguments are held to the function's ``parameters`` (OpenAI's strict calls,
+    llama.cpp's server), so even the random tiny model's call carries every required argument, typed."""
+    url, log, _ = serve
+    params = {
+        "type": "object",
+        "properties": {"message": {"type": "string", "maxLength": 8}, "urgent": {"type": "boolean"}},
+        "required": ["message", "urgent"],
+        "additionalProperties": False,
+    }
+    send = [{"type": "function", "function": {"name": "send_message", "parameters": params}}]
+    for choice in ("required", {"type": "function", "function": {"name": "send_message"}}):
+        body = {"model": "m", "max_tokens": 60, "messages": HI, "tools": send, "tool_choice": choice}
+        status, got = call(url, "/v1/chat/completions", body)
+        assert status == 200, got
+        (made,) = got["choices"][0]["message"]["tool_calls"]
+        args = json.loads(made["function"]["arguments"])
+        assert set(args) == {"message", "urgent"} and isinstance(args["urgent"], bool), args
+        assert entries(log)[-1]["held_to"] == "arguments of send_message"
+    # a schema serve cannot compile does not fail the request the client never asked serve to check
+    odd = [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}]
+    body = {"model": "m", "max_tokens": 4, "messages": HI, "tools": odd, "tool_choice": "required"}
+    status, got = call(url, "/v1/chat/completions", body)
+    assert status == 200, got
+    held = entries(log)[-1]["held_to"]
+    assert held.startswith("arguments of f (not enforced: field 'tools[0].function.parameters'"), held

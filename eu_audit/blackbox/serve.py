@@ -74,7 +74,7 @@ from eu_audit.blackbox.serve_api import (
     write_control_file,
 )
 from eu_audit.engines import KVEngine, Sampling
-from eu_audit.engines.constraint import StructuredOutput
+from eu_audit.engines.constraint import JsonConstraint, JsonShape, StructuredOutput
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, HttpStatus, request_json
 from eu_audit.jsonl import check_text, parse_line
@@ -217,6 +217,7 @@ class Backend:
     # (lane, opening segment) -> cache, least recently used first
     caches: OrderedDict[tuple[str, int], LaneCache] = field(default_factory=OrderedDict)
     _structured: StructuredOutput | None = None
+    _structured_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         if self.engine is not None:
@@ -320,18 +321,17 @@ class Backend:
         stop_early: Callable[[Sequence[int]], bool],
         deadline: float,
         lane: str = "",
-        schema: dict[str, Any] | None = None,
+        constraint: JsonConstraint | None = None,
     ) -> tuple[list[int], int, int, str]:
         """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason), on the
         lane's own cache. Waits for the engine no longer than the request's deadline. With a JSON
-        ``schema`` the reply is held to it token by token."""
+        ``constraint`` the reply is held to it token by token."""
         assert self.engine is not None
         if not segs or not any(segs):
             raise Refused(400, "empty prompt")
         segs = self._fit(segs)
 
         def turn() -> tuple[int, list[int]]:
-            constraint = self.structured().constraint(schema) if schema is not None else None
             cache = self.cache_for(lane, segs[0])
             cached = self._load(cache, segs)
             start = cache.engine.offset
@@ -351,12 +351,14 @@ class Backend:
         return body, cached, sum(map(len, segs)), "stop" if ended else "length"
 
     def structured(self) -> StructuredOutput:
-        """The model's tokenizer for structured output, built on the first request that asks for JSON.
-        Called on the model thread."""
+        """The model's tokenizer for structured output, built once, by the first request that needs it."""
         assert self.engine is not None
-        if self._structured is None:
-            self._structured = StructuredOutput(self.engine.tokenizer, self.engine.vocab_size, self.stop_ids)
-        return self._structured
+        with self._structured_lock:
+            if self._structured is None:
+                self._structured = StructuredOutput(
+                    self.engine.tokenizer, self.engine.vocab_size, self.stop_ids
+                )
+            return self._structured
 
     def text_of(self, ids: Sequence[int]) -> str:
         assert self.engine is not None
@@ -671,27 +673,28 @@ class Routes:
             raise Refused(400, str(exc)) from None
         except (AttributeError, TypeError) as exc:
             raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
+        name = ""  # the function a forced call names
         if opening and req.tool_choice == "required":  # which function: the model begins, serve holds it
-            opening = self._name_the_call(segs, list(call.log["tools"]), sampling, call)
+            name = self._name_the_call(segs, list(call.log["tools"]), sampling, call)
+            opening = call_opening(name)
+        elif opening and isinstance(req.tool_choice, dict):  # a named function, among the tools (forced_call)
+            name = str((req.tool_choice.get("function") or {}).get("name"))
         # a call the request asks for is opened for the model: its reply's first tokens are the call's
         forced = b.segments.encode(opening) if opening else []
         if opening:
             segs[-1] = segs[-1] + forced
-            choice = req.tool_choice
-            named = choice.get("function") or {} if isinstance(choice, dict) else {}
-            call.log["tool_choice"] = choice if isinstance(choice, str) else str(named.get("name"))
-        schema = self._json_wanted(req, tools, call)
+            call.log["tool_choice"] = req.tool_choice if isinstance(req.tool_choice, str) else name
         budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
-        try:
-            ids, cached, prompt_n, finish = b.generate(
-                segs, budget, sampling, call.stop_early, call.deadline, call.lane_name, schema
-            )
-        except BadInput as exc:  # a schema the grammar compiler refused
-            raise Refused(400, str(exc)) from None
+        shape = self._call_shape(name, tools or []) if opening else self._format_shape(req, tools, call)
+        constraint = self._constraint(shape, call)
+        ids, cached, prompt_n, finish = b.generate(
+            segs, budget, sampling, call.stop_early, call.deadline, call.lane_name, constraint
+        )
         finish = call.finish(finish)
         body = forced + ids
         # a JSON reply is content, whatever keys it has; it never holds a call's markup
-        text, calls = (b.text_of(body), []) if schema is not None else split_reply(b.text_of(body))
+        as_json = constraint is not None and not opening
+        text, calls = (b.text_of(body), []) if as_json else split_reply(b.text_of(body))
         shown = "length" if finish == "repetition" else finish
         b.generations.remember(text, calls, body)
         usage = _usage(prompt_n, cached, len(ids))
@@ -708,24 +711,53 @@ class Routes:
         }
 
     @staticmethod
-    def _json_wanted(req: ChatRequest, tools: Any, call: Call) -> dict[str, Any] | None:
-        """The schema a reply is held to, logged. With tools offered the model may call one instead (an
-        OpenAI reply's format binds its content, not its calls): not enforced, and the log says so."""
+    def _format_shape(req: ChatRequest, tools: Any, call: Call) -> JsonShape | None:
+        """The JSON a reply's ``response_format`` asks for. With tools offered the model may call one
+        instead (an OpenAI reply's format binds its content, not its calls): not enforced, logged so."""
         wanted = req.response_format.wanted() if req.response_format is not None else None
         if wanted is None:
             return None
         name, schema = wanted
         if tools:
-            call.log["response_format"] = f"{name} (not enforced: the request offers tools)"
+            call.log["held_to"] = f"{name} (not enforced: the request offers tools)"
             return None
-        call.log["response_format"] = name
-        return schema
+        return JsonShape(schema, name)
+
+    @staticmethod
+    def _call_shape(name: str, tools: list[dict[str, Any]]) -> JsonShape:
+        """A forced call's arguments: the function's ``parameters`` schema, then the call's closing brace,
+        as OpenAI's strict calls and llama.cpp's server hold them. The client never asked serve to check
+        its schema: keywords the compiler lacks are ignored, and one it cannot take leaves the call free."""
+        i, spec = next(
+            (i, t.get("function") or t)
+            for i, t in enumerate(tools)
+            if (t.get("function") or t).get("name") == name
+        )
+        params = spec.get("parameters")
+        schema = params if isinstance(params, dict) and params else {"type": "object"}
+        field = f"tools[{i}].function.parameters"
+        return JsonShape(schema, f"arguments of {name}", after="}", field=field, lenient=True)
+
+    def _constraint(self, shape: JsonShape | None, call: Call) -> JsonConstraint | None:
+        """The shape compiled for this reply, logged as ``held_to``. A ``response_format`` serve cannot
+        hold a reply to is a 400; a tool's parameters it cannot are logged and left unenforced."""
+        if shape is None:
+            return None
+        try:
+            constraint = self.backend.structured().constraint(shape)
+        except BadInput as exc:
+            if shape.field == "response_format":
+                raise Refused(400, str(exc)) from None
+            call.log["held_to"] = f"{shape.name} (not enforced: {exc})"
+            return None
+        call.log["held_to"] = shape.name
+        return constraint
 
     def _name_the_call(self, segs: list[list[int]], names: list[str], sampling: Sampling, call: Call) -> str:
         """``tool_choice: "required"``: the model writes the function's name after the call's opening,
-        stopped as soon as it can no longer become an offered name; the reply then names the offered
-        function it began (``offered_name``) and the model writes the arguments. What it began and what
-        was named are logged (``named_call``)."""
+        stopped as soon as it can no longer become an offered name; returns the offered function it began
+        (``offered_name``), whose arguments the model then writes. What it began and what was named are
+        logged (``named_call``)."""
         b = self.backend
         assert b.engine is not None
         tokenizer = b.engine.tokenizer
@@ -742,7 +774,7 @@ class Routes:
         began = str(tokenizer.decode(ids, skip_special_tokens=True)).split('"')[0]
         name = offered_name(began, names)
         call.log["named_call"] = {"began": began[:MAX_FUNCTION_NAME], "named": name}
-        return call_opening(name)
+        return name
 
     def _prompt_segments(self, req: CompletionRequest) -> tuple[list[int], list[list[int]]]:
         prompt = req.prompt

@@ -265,8 +265,9 @@ class LogEntry(BaseModel):
     messages: list[dict[str, Any]] | None = None
     tools: list[str] | None = None
     tool_choice: str | None = None  # "required" or a function's name: the reply was opened as a call to it
-    #: the JSON the reply was held to ("json_object", "json_schema NAME"), or why a format was not enforced
-    response_format: str | None = None
+    #: what the reply was held to token by token: "json_object", "json_schema NAME" (its response_format),
+    #: "arguments of NAME" (a forced call's parameters); or why a format asked for was not enforced
+    held_to: str | None = None
     #: under "required": the name the model began and the offered function the call was given
     named_call: dict[str, str] | None = None
     prompt_text: str | None = None

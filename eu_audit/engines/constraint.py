@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -42,6 +43,20 @@ class Constraint(Protocol):
     def accept(self, token: int) -> None:
         """The id decoding picked, so the next mask follows it."""
         ...
+
+
+@dataclass(frozen=True)
+class JsonShape:
+    """What a reply is held to: JSON matching ``schema``, then the text ``after`` (a forced call's closing
+    brace). ``name`` is what the log calls it; ``field`` the request field a bad schema came from;
+    ``lenient`` ignores schema keywords the compiler does not implement (a tool's parameters, which the
+    client never asked serve to enforce) instead of refusing them."""
+
+    schema: dict[str, Any]
+    name: str
+    after: str = ""
+    field: str = "response_format"
+    lenient: bool = False
 
 
 class JsonConstraint:
@@ -80,13 +95,17 @@ class StructuredOutput:
         self._llg = llguidance
         self.tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab, eos_token=list(stop_ids))
 
-    def constraint(self, schema: dict[str, Any]) -> JsonConstraint:
-        """A fresh matcher for one reply; a schema the compiler cannot take is refused, naming why."""
+    def constraint(self, shape: JsonShape) -> JsonConstraint:
+        """A fresh matcher for one reply: JSON matching the shape's schema, then its ``after`` text, then
+        the stop id. A schema the compiler cannot take is refused, naming the request field and why."""
+        options = {**JSON_OPTIONS, **({"lenient": True} if shape.lenient else {})}
         try:
-            grammar = self._llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_OPTIONS)
-        except (ValueError, TypeError) as exc:
-            raise BadInput(f"field 'response_format': not a JSON schema ({exc})") from None
+            spec = json.dumps({**shape.schema, "x-guidance": options})
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"field '{shape.field}': not a JSON schema ({exc})") from None
+        grammar = self._llg.LLMatcher.grammar_from_lark(f"start: %json {spec} {json.dumps(shape.after)}")
         matcher = self._llg.LLMatcher(self.tokenizer, grammar, log_level=0)
         if matcher.is_error():
-            raise BadInput(f"field 'response_format': the schema cannot be enforced: {matcher.get_error()}")
+            reason = matcher.get_error().splitlines()[0].split("failed to compile JSON schema: ")[-1]
+            raise BadInput(f"field '{shape.field}': the schema cannot be enforced: {reason}")
         return JsonConstraint(matcher, self.vocab)
