@@ -137,7 +137,9 @@ class Mem0Agent:
                     },
                     "llm": {
                         "provider": "openai",
-                        "config": {"model": self.model, "temperature": 0.0, "max_tokens": 200, **openai_cfg},
+                        # mem0's own max_tokens (2000): a lower cap cuts its extraction JSON mid-list, and
+                        # mem0 then stores nothing ("Error parsing extraction response")
+                        "config": {"model": self.model, "temperature": 0.0, **openai_cfg},
                     },
                     "embedder": {
                         "provider": "openai",
