@@ -18,6 +18,9 @@
 #   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
 #   AGENT_PYTHON (environment, optional) the Python that runs the example agent (Letta's own venv)
 #   CTX     (environment, optional) serve's context per lane in tokens (serve --ctx), e.g. 16384 for mem0 --infer
+#   AGENT_TIMEOUT (environment, optional) seconds one agent call may take (record --agent-timeout): a memory
+#           library that decodes up to serve's 1,024 tokens several times per turn (mem0 --infer, Graphiti)
+#           passes the default 300 s on 2 cores
 #
 # Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
 set -uo pipefail
@@ -49,7 +52,7 @@ start=$(date +%s)
 "$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --serve-control "$OUT/serve.control" \
   --suite "$SUITE" --n "$N" --seed 0 \
   --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
-  ${RECHECK:+--recheck "$RECHECK"} \
+  ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} \
   > "$OUT/record.out" 2>&1
 rec=$?
 recorded=$(date +%s)
