@@ -56,6 +56,7 @@ from eu_audit.blackbox.chat_segments import (
     split_reply,
     still_naming,
 )
+from eu_audit.blackbox.reply_shape import call_shape, format_shape, hold
 from eu_audit.blackbox.serve_api import (
     CONTROL_HEADER,
     FORWARDED,
@@ -74,7 +75,7 @@ from eu_audit.blackbox.serve_api import (
     write_control_file,
 )
 from eu_audit.engines import KVEngine, Sampling
-from eu_audit.engines.constraint import JsonConstraint, JsonShape, StructuredOutput
+from eu_audit.engines.constraint import JsonConstraint, StructuredOutput
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, HttpStatus, request_json
 from eu_audit.jsonl import check_text, parse_line
@@ -440,6 +441,31 @@ class Call:
         return natural
 
 
+def name_the_call(
+    b: Backend, segs: list[list[int]], names: list[str], sampling: Sampling, call: Call, cap: int
+) -> str:
+    """``tool_choice: "required"``: the model writes the function's name after the call's opening,
+    stopped as soon as it can no longer become an offered name; returns the offered function it began
+    (``offered_name``), whose arguments the model then writes. What it began and what was named are
+    logged (``named_call``)."""
+    assert b.engine is not None
+    tokenizer = b.engine.tokenizer
+    opened = [*segs[:-1], segs[-1] + b.segments.encode(CALL_OPENING)]
+    longest = max(len(b.segments.encode(n)) for n in names) + 2
+    budget = b.budget(opened, longest, cap)
+
+    def named_or_astray(tokens: Sequence[int]) -> bool:
+        began = str(tokenizer.decode(list(tokens), skip_special_tokens=True))
+        # cancellation only: the repetition guard is for the answer, and would stay tripped for it
+        return call.cancelled() or not still_naming(began, names)
+
+    ids, _, _, _ = b.generate(opened, budget, sampling, named_or_astray, call.deadline, call.lane_name)
+    began = str(tokenizer.decode(ids, skip_special_tokens=True)).split('"')[0]
+    name = offered_name(began, names)
+    call.log["named_call"] = {"began": began[:MAX_FUNCTION_NAME], "named": name}
+    return name
+
+
 class Routes:
     """The server's endpoints. Model endpoints: body read under the size cap, validated, run in a worker
     thread under the request's deadline (cancelled when the client leaves), logged whatever happens.
@@ -675,7 +701,7 @@ class Routes:
             raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
         name = ""  # the function a forced call names
         if opening and req.tool_choice == "required":  # which function: the model begins, serve holds it
-            name = self._name_the_call(segs, list(call.log["tools"]), sampling, call)
+            name = name_the_call(b, segs, list(call.log["tools"]), sampling, call, self.limits.max_tokens)
             opening = call_opening(name)
         elif opening and isinstance(req.tool_choice, dict):  # a named function, among the tools (forced_call)
             name = str((req.tool_choice.get("function") or {}).get("name"))
@@ -685,8 +711,13 @@ class Routes:
             segs[-1] = segs[-1] + forced
             call.log["tool_choice"] = req.tool_choice if isinstance(req.tool_choice, str) else name
         budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
-        shape = self._call_shape(name, tools or []) if opening else self._format_shape(req, tools, call)
-        constraint = self._constraint(shape, call)
+        shape = (
+            call_shape(name, tools or []) if opening else format_shape(req.response_format, tools, call.log)
+        )
+        try:
+            constraint = hold(b.structured, shape, call.log)
+        except BadInput as exc:
+            raise Refused(400, str(exc)) from None
         ids, cached, prompt_n, finish = b.generate(
             segs, budget, sampling, call.stop_early, call.deadline, call.lane_name, constraint
         )
@@ -709,72 +740,6 @@ class Routes:
             "choices": [choice],
             "usage": usage,
         }
-
-    @staticmethod
-    def _format_shape(req: ChatRequest, tools: Any, call: Call) -> JsonShape | None:
-        """The JSON a reply's ``response_format`` asks for. With tools offered the model may call one
-        instead (an OpenAI reply's format binds its content, not its calls): not enforced, logged so."""
-        wanted = req.response_format.wanted() if req.response_format is not None else None
-        if wanted is None:
-            return None
-        name, schema = wanted
-        if tools:
-            call.log["held_to"] = f"{name} (not enforced: the request offers tools)"
-            return None
-        return JsonShape(schema, name)
-
-    @staticmethod
-    def _call_shape(name: str, tools: list[dict[str, Any]]) -> JsonShape:
-        """A forced call's arguments: the function's ``parameters`` schema, then the call's closing brace,
-        as OpenAI's strict calls and llama.cpp's server hold them. The client never asked serve to check
-        its schema: keywords the compiler lacks are ignored, and one it cannot take leaves the call free."""
-        i, spec = next(
-            (i, t.get("function") or t)
-            for i, t in enumerate(tools)
-            if (t.get("function") or t).get("name") == name
-        )
-        params = spec.get("parameters")
-        schema = params if isinstance(params, dict) and params else {"type": "object"}
-        field = f"tools[{i}].function.parameters"
-        return JsonShape(schema, f"arguments of {name}", after="}", field=field, lenient=True)
-
-    def _constraint(self, shape: JsonShape | None, call: Call) -> JsonConstraint | None:
-        """The shape compiled for this reply, logged as ``held_to``. A ``response_format`` serve cannot
-        hold a reply to is a 400; a tool's parameters it cannot are logged and left unenforced."""
-        if shape is None:
-            return None
-        try:
-            constraint = self.backend.structured().constraint(shape)
-        except BadInput as exc:
-            if shape.field == "response_format":
-                raise Refused(400, str(exc)) from None
-            call.log["held_to"] = f"{shape.name} (not enforced: {exc})"
-            return None
-        call.log["held_to"] = shape.name
-        return constraint
-
-    def _name_the_call(self, segs: list[list[int]], names: list[str], sampling: Sampling, call: Call) -> str:
-        """``tool_choice: "required"``: the model writes the function's name after the call's opening,
-        stopped as soon as it can no longer become an offered name; returns the offered function it began
-        (``offered_name``), whose arguments the model then writes. What it began and what was named are
-        logged (``named_call``)."""
-        b = self.backend
-        assert b.engine is not None
-        tokenizer = b.engine.tokenizer
-        opened = [*segs[:-1], segs[-1] + b.segments.encode(CALL_OPENING)]
-        longest = max(len(b.segments.encode(n)) for n in names) + 2
-        budget = b.budget(opened, longest, self.limits.max_tokens)
-
-        def named_or_astray(tokens: Sequence[int]) -> bool:
-            began = str(tokenizer.decode(list(tokens), skip_special_tokens=True))
-            # cancellation only: the repetition guard is for the answer, and would stay tripped for it
-            return call.cancelled() or not still_naming(began, names)
-
-        ids, _, _, _ = b.generate(opened, budget, sampling, named_or_astray, call.deadline, call.lane_name)
-        began = str(tokenizer.decode(ids, skip_special_tokens=True)).split('"')[0]
-        name = offered_name(began, names)
-        call.log["named_call"] = {"began": began[:MAX_FUNCTION_NAME], "named": name}
-        return name
 
     def _prompt_segments(self, req: CompletionRequest) -> tuple[list[int], list[list[int]]]:
         prompt = req.prompt
