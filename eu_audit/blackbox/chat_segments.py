@@ -70,8 +70,8 @@ def call_opening(name: str) -> str:
 
 
 def forced_call(tool_choice: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None) -> str | None:
-    """The opening of the reply that OpenAI's ``tool_choice`` asks for, written for the model: a call
-    (``"required"``) or a call to the named function; None when the model chooses (``"auto"``, ``"none"``,
+    """The function OpenAI's ``tool_choice`` asks the reply to call: its name, ``""`` for any offered one
+    (``"required"``: the model begins the name), None when the model chooses (``"auto"``, ``"none"``,
     absent). A choice the request's tools cannot meet is refused (``BadInput``, naming the field)."""
     if tool_choice in (None, "auto", "none"):
         return None
@@ -79,12 +79,12 @@ def forced_call(tool_choice: str | dict[str, Any] | None, tools: list[dict[str, 
     if not names:
         raise BadInput("field 'tool_choice': a tool call is asked for and the request has no tools")
     if tool_choice == "required":
-        return CALL_OPENING
+        return ""
     if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
         name = str((tool_choice.get("function") or {}).get("name", ""))
         if name not in names:
             raise BadInput(f"field 'tool_choice': function {name!r} is not among the request's tools")
-        return call_opening(name)
+        return name
     raise BadInput(f"field 'tool_choice': {tool_choice!r} is not auto, none, required or a function")
 
 

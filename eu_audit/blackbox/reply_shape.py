@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from eu_audit.blackbox.serve_api import ResponseFormat
+from eu_audit.blackbox.serve_api import ANY_JSON_OBJECT, ResponseFormat
 from eu_audit.engines.constraint import JsonConstraint, JsonShape, StructuredOutput
 from eu_audit.errors import BadInput
 
@@ -34,7 +34,7 @@ def call_shape(name: str, tools: list[dict[str, Any]]) -> JsonShape:
         if (t.get("function") or t).get("name") == name
     )
     params = spec.get("parameters")
-    schema = params if isinstance(params, dict) and params else {"type": "object"}
+    schema = params if isinstance(params, dict) and params else ANY_JSON_OBJECT
     field = f"tools[{i}].function.parameters"
     return JsonShape(schema, f"arguments of {name}", after="}", field=field, lenient=True)
 
@@ -42,15 +42,15 @@ def call_shape(name: str, tools: list[dict[str, Any]]) -> JsonShape:
 def hold(
     structured: Callable[[], StructuredOutput], shape: JsonShape | None, log: dict[str, Any]
 ) -> JsonConstraint | None:
-    """The shape compiled for one reply, logged as ``held_to``. A ``response_format`` that cannot be
-    enforced is the client's error (``BadInput``); a tool's parameters that cannot are logged and the
-    call left free."""
+    """The shape compiled for one reply, logged as ``held_to``. A shape the client asked for (its
+    ``response_format``) that cannot be enforced is its error (``BadInput``); a lenient one (a tool's
+    parameters) is logged and the reply left free."""
     if shape is None:
         return None
     try:
         constraint = structured().constraint(shape)
     except BadInput as exc:
-        if shape.field == "response_format":
+        if not shape.lenient:
             raise
         log["held_to"] = f"{shape.name} (not enforced: {exc})"
         return None

@@ -75,7 +75,7 @@ from eu_audit.blackbox.serve_api import (
     write_control_file,
 )
 from eu_audit.engines import KVEngine, Sampling
-from eu_audit.engines.constraint import JsonConstraint, StructuredOutput
+from eu_audit.engines.constraint import Constraint, StructuredOutput
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, HttpStatus, request_json
 from eu_audit.jsonl import check_text, parse_line
@@ -322,7 +322,7 @@ class Backend:
         stop_early: Callable[[Sequence[int]], bool],
         deadline: float,
         lane: str = "",
-        constraint: JsonConstraint | None = None,
+        constraint: Constraint | None = None,
     ) -> tuple[list[int], int, int, str]:
         """(generated ids with the closing marker, cached tokens, prompt tokens, finish reason), on the
         lane's own cache. Waits for the engine no longer than the request's deadline. With a JSON
@@ -693,27 +693,21 @@ class Routes:
             return resp
         tools = None if req.tool_choice == "none" else req.tools
         try:
-            opening = forced_call(req.tool_choice, tools)
+            name = forced_call(req.tool_choice, tools)
             segs = b.segments.render(messages, tools)
         except BadInput as exc:
             raise Refused(400, str(exc)) from None
         except (AttributeError, TypeError) as exc:
             raise Refused(400, f"field 'tools': not OpenAI function specs ({exc})") from None
-        name = ""  # the function a forced call names
-        if opening and req.tool_choice == "required":  # which function: the model begins, serve holds it
+        if name == "":  # "required": which function, the model begins and serve holds it to an offered one
             name = name_the_call(b, segs, list(call.log["tools"]), sampling, call, self.limits.max_tokens)
-            opening = call_opening(name)
-        elif opening and isinstance(req.tool_choice, dict):  # a named function, among the tools (forced_call)
-            name = str((req.tool_choice.get("function") or {}).get("name"))
         # a call the request asks for is opened for the model: its reply's first tokens are the call's
-        forced = b.segments.encode(opening) if opening else []
-        if opening:
+        forced = b.segments.encode(call_opening(name)) if name is not None else []
+        if name is not None:
             segs[-1] = segs[-1] + forced
             call.log["tool_choice"] = req.tool_choice if isinstance(req.tool_choice, str) else name
         budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
-        shape = (
-            call_shape(name, tools or []) if opening else format_shape(req.response_format, tools, call.log)
-        )
+        shape = call_shape(name, tools or []) if name else format_shape(req.response_format, tools, call.log)
         try:
             constraint = hold(b.structured, shape, call.log)
         except BadInput as exc:
@@ -724,7 +718,7 @@ class Routes:
         finish = call.finish(finish)
         body = forced + ids
         # a JSON reply is content, whatever keys it has; it never holds a call's markup
-        as_json = constraint is not None and not opening
+        as_json = constraint is not None and not name
         text, calls = (b.text_of(body), []) if as_json else split_reply(b.text_of(body))
         shown = "length" if finish == "repetition" else finish
         b.generations.remember(text, calls, body)

@@ -165,10 +165,14 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
+#: what a JSON reply is held to when no schema says more (OpenAI's json_object, a schema-less json_schema)
+ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
 class JsonSchemaFormat(_Open):
     name: str = Field("", max_length=64)
     #: the reply's JSON schema (``schema`` on the wire); absent: any JSON object (non-strict OpenAI)
-    json_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    json_schema: dict[str, Any] = Field(default_factory=lambda: dict(ANY_JSON_OBJECT), alias="schema")
     strict: bool | None = None
 
 
@@ -188,7 +192,7 @@ class ResponseFormat(_Open):
     def wanted(self) -> tuple[str, dict[str, Any]] | None:
         """(the log's name for it, the JSON schema) a JSON reply must match; None for plain text."""
         if self.type == "json_object":
-            return "json_object", {"type": "object"}
+            return "json_object", ANY_JSON_OBJECT
         if self.type == "json_schema" and self.json_schema is not None:
             return f"json_schema {self.json_schema.name}".strip(), self.json_schema.json_schema
         return None

@@ -49,8 +49,8 @@ class Constraint(Protocol):
 class JsonShape:
     """What a reply is held to: JSON matching ``schema``, then the text ``after`` (a forced call's closing
     brace). ``name`` is what the log calls it; ``field`` the request field a bad schema came from;
-    ``lenient`` ignores schema keywords the compiler does not implement (a tool's parameters, which the
-    client never asked serve to enforce) instead of refusing them."""
+    ``lenient`` (a tool's parameters, which the client never asked serve to enforce): keywords the
+    compiler does not implement are ignored, and a schema it cannot take leaves the reply free."""
 
     schema: dict[str, Any]
     name: str
