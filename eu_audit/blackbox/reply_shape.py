@@ -34,7 +34,7 @@ def call_shape(name: str, tools: list[dict[str, Any]]) -> JsonShape:
         if (t.get("function") or t).get("name") == name
     )
     params = spec.get("parameters")
-    schema = params if isinstance(params, dict) and params else ANY_JSON_OBJECT
+    schema = params if isinstance(params, dict) and params else dict(ANY_JSON_OBJECT)
     field = f"tools[{i}].function.parameters"
     return JsonShape(schema, f"arguments of {name}", after="}", field=field, lenient=True)
 

@@ -192,7 +192,7 @@ class ResponseFormat(_Open):
     def wanted(self) -> tuple[str, dict[str, Any]] | None:
         """(the log's name for it, the JSON schema) a JSON reply must match; None for plain text."""
         if self.type == "json_object":
-            return "json_object", ANY_JSON_OBJECT
+            return "json_object", dict(ANY_JSON_OBJECT)
         if self.type == "json_schema" and self.json_schema is not None:
             return f"json_schema {self.json_schema.name}".strip(), self.json_schema.json_schema
         return None
