@@ -14,10 +14,10 @@ from pathlib import Path
 from eu_audit import __version__
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
-from eu_audit.engines import AUTO, KVEngine, open_engine
+from eu_audit.engines import AUTO, KVEngine, open_engine, resolve_engine
 from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
-from eu_audit.errors import BadInput
+from eu_audit.errors import BadInput, RunFailed
 from eu_audit.jsonl import check_output_path, temp_beside
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
@@ -46,6 +46,7 @@ class RecordOptions:
     engine: str = AUTO  # llamacpp for models shipped as GGUF, hf otherwise (engines.resolve_engine)
     server: str | None = None  # the openai engine's server
     concurrency: int = 1  # sessions in flight at once (served engines only)
+    ctx: int | None = None  # the llamacpp engine's context in tokens (None: the engine's default)
     state_dir: Path | None = None  # memory store + outbox; default: <out>.state/
     kv_sidecar: bool = False
     force: bool = False
@@ -182,13 +183,12 @@ def record(
     chosen = opts.shard.select(episodes) if opts.shard else list(enumerate(episodes))
     if not chosen:
         raise BadInput(f"--shard {opts.shard}: no session of the {len(episodes)} falls in this shard")
-    engine = engine or open_engine(
-        opts.engine,
-        opts.model,
-        dtype=opts.dtype,
-        loaded=loaded,
-        **({"server": opts.server} if opts.server else {}),
-    )
+    options: dict[str, object] = {"server": opts.server} if opts.server else {}
+    if opts.ctx is not None:
+        if resolve_engine(opts.engine, opts.model) != "llamacpp":
+            raise BadInput("--ctx sizes the llamacpp engine's context; the other engines hold their own")
+        options["n_ctx"] = opts.ctx
+    engine = engine or open_engine(opts.engine, opts.model, dtype=opts.dtype, loaded=loaded, **options)
     if opts.kv_sidecar and not engine.abilities.kv_tensors:
         raise BadInput(f"--kv-sidecar needs KV tensors; engine '{engine.name}' holds none (use --engine hf)")
     if opts.concurrency > 1 and not engine.abilities.concurrent_sessions:
@@ -211,8 +211,11 @@ def record(
         )
         agent = Agent(eng, chat, ep, sid, settings, memory, outbox)
         agent.start()
-        for step in ep.steps:
-            agent.step(step)
+        for t, step in enumerate(ep.steps):
+            try:
+                agent.step(step)
+            except RunFailed as exc:  # which session and turn, so the user can find the episode
+                raise RunFailed(f"session {sid} ({ep.id}), turn {t}: {exc}") from exc
             counter.tick(f"{sid} {ep.id}")
         if opts.kv_sidecar:
             kv.update({f"{sid}.{k}": v for k, v in eng.kv_tensors().items()})

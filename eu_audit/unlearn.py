@@ -88,6 +88,8 @@ def engine_for(
     if header.engine == "openai":
         recorded = (header.engine_facts.get("server") or {}).get("base_url")
         options["server"] = server or os.environ.get("EU_AUDIT_SERVER") or recorded
+    if header.engine == "llamacpp" and header.engine_facts.get("n_ctx"):
+        options["n_ctx"] = int(header.engine_facts["n_ctx"])  # the context it was recorded in (record --ctx)
     engine = open_engine(
         header.engine, model or header.model.name, dtype=header.model.dtype, loaded=loaded, **options
     )

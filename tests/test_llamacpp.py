@@ -5,6 +5,7 @@ on real models. Every test here runs a real model (SmolLM2, fast on llama.cpp)."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,16 @@ def test_one_and_two_threads_give_the_same_logits_bit_for_bit(smol_gguf) -> None
     assert _session(one, segs) == _session(two, segs)
     assert np.array_equal(one.last_logits, two.last_logits)  # type: ignore[arg-type]
     assert one.kv_state() == two.kv_state()
+
+
+def test_the_context_size_does_not_change_a_logit(smol_gguf) -> None:  # type: ignore[no-untyped-def]
+    """A session recorded with a larger ``--ctx`` decodes what it would have in the default context: the
+    shards of one run may differ in context size and stay one run."""
+    segs = _segments(smol_gguf.tokenizer)
+    small, default = LlamaCppEngine(smol_gguf, n_ctx=1024), LlamaCppEngine(smol_gguf)
+    assert _session(small, segs) == _session(default, segs)
+    assert np.array_equal(small.last_logits, default.last_logits)  # type: ignore[arg-type]
+    assert small.kv_state() == default.kv_state()
 
 
 def test_sampling_is_seeded_and_branches_leave_the_state_unchanged(smol_gguf) -> None:  # type: ignore[no-untyped-def]
@@ -246,3 +257,28 @@ def test_serve_ctx_is_refused_where_it_cannot_apply(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--ctx sizes the llamacpp engine's context" in proc.stderr
     proc = run_cli("serve", "--upstream", "http://127.0.0.1:9", "--ctx", "4096")
     assert proc.returncode == 2 and "--upstream has its own" in proc.stderr
+
+
+def test_a_session_that_outgrows_the_context_is_named_with_its_turn_and_no_bundle_is_written(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "t.jsonl"
+    proc = run_cli(
+        "record", "--suite", "builtin", "--n", "1", "--model", FAST_MODEL, "--ctx", "256", "-o", str(out)
+    )
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(r"session s0 \(builtin-[a-z-]+\), turn \d+: the session needs \d+ tokens", proc.stderr)
+    assert "record --ctx sets it" in proc.stderr
+    assert not out.exists()
+    proc = run_cli("record", "--engine", "hf", "--model", "tiny-random", "--ctx", "4096", "-o", str(out))
+    assert proc.returncode == 2 and "--ctx sizes the llamacpp engine's context" in proc.stderr
+
+
+def test_later_commands_open_the_engine_in_the_context_the_bundle_was_recorded_in(tmp_path: Path) -> None:
+    from eu_audit.unlearn import engine_for
+
+    src = tmp_path / "t.jsonl"
+    record(RecordOptions(suite="builtin", n=1, model=FAST_MODEL, out=src, max_tokens=8, ctx=4096))
+    bundle = read_bundle(src)
+    assert bundle.header.engine_facts["n_ctx"] == 4096
+    assert engine_for(bundle).context_size == 4096

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -22,6 +22,9 @@ from eu_audit.cli.app import (
 from eu_audit.errors import BadInput
 from eu_audit.runtime.models import DEFAULT_MODEL
 from eu_audit.shards import Shard
+
+if TYPE_CHECKING:
+    from eu_audit.record import RecordResult
 
 RecordSuite = Annotated[
     str,
@@ -76,6 +79,15 @@ RecordConcurrency = Annotated[
         help="Sessions in flight at once: on a served engine (its batching), or with --agent the tenants "
         "driven at the same time, each on its own lane of serve (the agent must take a model URL per "
         "tenant: capabilities.tenant_model_url).",
+    ),
+]
+RecordCtx = Annotated[
+    int | None,
+    typer.Option(
+        min=256,
+        help="Context in tokens of the llamacpp engine (default 8192; at most what the model was trained "
+        "on): a session that outgrows it stops the run naming the session, turn and tokens needed. Later "
+        "commands (audit, unlearn) open the engine with the context the bundle was recorded in.",
     ),
 ]
 RecordAgent = Annotated[
@@ -157,6 +169,7 @@ def record(
     engine: RecordEngine = "auto",
     server: RecordServer = None,
     concurrency: RecordConcurrency = 1,
+    ctx: RecordCtx = None,
     agent: RecordAgent = None,
     serve: RecordServe = None,
     k: RecordK = 5,
@@ -192,6 +205,7 @@ def record(
         "--kv-sidecar": kv_sidecar,
         "--engine": engine != "auto",
         "--server": server is not None,
+        "--ctx": ctx is not None,
     }
     _check_kind(agent, white_box_only, {"--recheck": recheck is not None})
     if agent is not None:
@@ -237,11 +251,16 @@ def record(
         engine=engine,
         server=server,
         concurrency=concurrency,
+        ctx=ctx,
         force=force,
         shard=Shard.parse(shard) if shard else None,
     )
     with progress_bar() as report:
-        res = run_record(opts, progress=report)
+        _print_recorded(run_record(opts, progress=report))
+
+
+def _print_recorded(res: RecordResult) -> None:
+    """What a white-box recording wrote: the sessions, checkpoints, state folder and sidecar."""
     print_bundle_summary(res.bundle, res.path)
     cp = res.checkpoint_bytes
     if cp:

@@ -253,7 +253,10 @@ class LlamaCppEngine(LocalEngine):
     def _run(self, ids: Sequence[int]) -> np.ndarray:
         n = len(ids)
         if self.offset + n > self.n_ctx:
-            raise RunFailed(f"the session needs more than the engine's context of {self.n_ctx} tokens")
+            raise RunFailed(
+                f"the session needs {self.offset + n} tokens, more than the engine's context of {self.n_ctx} "
+                "(record --ctx sets it; later commands use the bundle's)"
+            )
         items = [(int(t), self.offset + i, 0, i == n - 1) for i, t in enumerate(ids)]
         return self._llama_decode(items, f"at position {self.offset}")[0]
 
