@@ -15,6 +15,7 @@ from eu_audit import __version__
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.engines import AUTO, KVEngine, open_engine, resolve_engine
+from eu_audit.engines.llamacpp import micro_batch_for
 from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput, RunFailed
@@ -187,7 +188,7 @@ def record(
     if opts.ctx is not None:
         if resolve_engine(opts.engine, opts.model) != "llamacpp":
             raise BadInput("--ctx sizes the llamacpp engine's context; the other engines hold their own")
-        options["n_ctx"] = opts.ctx
+        options.update(n_ctx=opts.ctx, n_ubatch=micro_batch_for(opts.ctx))
     engine = engine or open_engine(opts.engine, opts.model, dtype=opts.dtype, loaded=loaded, **options)
     if opts.kv_sidecar and not engine.abilities.kv_tensors:
         raise BadInput(f"--kv-sidecar needs KV tensors; engine '{engine.name}' holds none (use --engine hf)")

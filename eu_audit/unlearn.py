@@ -88,8 +88,10 @@ def engine_for(
     if header.engine == "openai":
         recorded = (header.engine_facts.get("server") or {}).get("base_url")
         options["server"] = server or os.environ.get("EU_AUDIT_SERVER") or recorded
-    if header.engine == "llamacpp" and header.engine_facts.get("n_ctx"):
-        options["n_ctx"] = int(header.engine_facts["n_ctx"])  # the context it was recorded in (record --ctx)
+    if header.engine == "llamacpp":  # the context and micro-batch it was recorded in (record --ctx)
+        options.update(
+            {k: int(header.engine_facts[k]) for k in ("n_ctx", "n_ubatch") if header.engine_facts.get(k)}
+        )
     engine = open_engine(
         header.engine, model or header.model.name, dtype=header.model.dtype, loaded=loaded, **options
     )

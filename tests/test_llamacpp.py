@@ -13,7 +13,7 @@ import pytest
 
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import Branch, Sampling
-from eu_audit.engines.llamacpp import LlamaCppEngine
+from eu_audit.engines.llamacpp import LlamaCppEngine, micro_batch_for
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.record import RecordOptions, record
@@ -110,8 +110,8 @@ def test_one_and_two_threads_give_the_same_logits_bit_for_bit(smol_gguf) -> None
 
 
 def test_the_context_size_does_not_change_a_logit(smol_gguf) -> None:  # type: ignore[no-untyped-def]
-    """A session recorded with a larger ``--ctx`` decodes what it would have in the default context: the
-    shards of one run may differ in context size and stay one run."""
+    """A session recorded with a larger ``--ctx`` (and so a larger micro-batch) decodes what it would have
+    in the default context: the shards of one run may differ in context size and stay one run."""
     segs = _segments(smol_gguf.tokenizer)
     small, default = LlamaCppEngine(smol_gguf, n_ctx=1024), LlamaCppEngine(smol_gguf)
     assert _session(small, segs) == _session(default, segs)
@@ -280,5 +280,8 @@ def test_later_commands_open_the_engine_in_the_context_the_bundle_was_recorded_i
     src = tmp_path / "t.jsonl"
     record(RecordOptions(suite="builtin", n=1, model=FAST_MODEL, out=src, max_tokens=8, ctx=4096))
     bundle = read_bundle(src)
-    assert bundle.header.engine_facts["n_ctx"] == 4096
-    assert engine_for(bundle).context_size == 4096
+    assert (bundle.header.engine_facts["n_ctx"], bundle.header.engine_facts["n_ubatch"]) == (4096, 4096)
+    engine = engine_for(bundle)
+    assert (engine.context_size, engine.max_segment) == (4096, 4096)
+    # a larger context brings a micro-batch of half of it, so a long tool result is still one forward pass
+    assert [micro_batch_for(c) for c in (2048, 8192, 16384, 32768)] == [4096, 4096, 8192, 16384]

@@ -86,8 +86,9 @@ RecordCtx = Annotated[
     typer.Option(
         min=256,
         help="Context in tokens of the llamacpp engine (default 8192; at most what the model was trained "
-        "on): a session that outgrows it stops the run naming the session, turn and tokens needed. Later "
-        "commands (audit, unlearn) open the engine with the context the bundle was recorded in.",
+        "on), and its micro-batch, half of it (at least 4096): each segment is one forward pass. A session "
+        "that outgrows either stops the run naming the session, turn and tokens. Later commands (audit, "
+        "unlearn) open the engine with the sizes the bundle was recorded with.",
     ),
 ]
 RecordAgent = Annotated[

@@ -40,6 +40,15 @@ from eu_audit.runtime.models import LoadedModel, load_gguf_model
 WHEEL = "ik-llama-cpp-python"
 DEFAULT_CTX = 8192
 DEFAULT_UBATCH = 4096  # a segment longer than this would be split across forward passes: refused
+
+
+def micro_batch_for(n_ctx: int) -> int:
+    """The micro-batch a recording in a context of ``n_ctx`` tokens gets: half of it, as the default
+    (8192 / 4096), never less than the default, so one long segment (a tool result) is still one forward
+    pass. Neither size changes a logit (tests/test_llamacpp.py)."""
+    return max(DEFAULT_UBATCH, n_ctx // 2)
+
+
 BRANCH_SEQS = 24  # sequences per context: seq 0 holds the state, the others batched branches of it
 GGML_TYPE_F16 = 1
 
@@ -184,7 +193,8 @@ class LlamaCppEngine(LocalEngine):
         if loaded is not None and loaded.extra.get("gguf") is None:
             loaded = None  # an HF load of the same model: the GGUF is still needed
         n_ctx = int(options.get("n_ctx") or DEFAULT_CTX)
-        return cls(loaded if loaded is not None else load_gguf_model(model), n_ctx=n_ctx)
+        n_ubatch = int(options.get("n_ubatch") or DEFAULT_UBATCH)
+        return cls(loaded if loaded is not None else load_gguf_model(model), n_ctx=n_ctx, n_ubatch=n_ubatch)
 
     def __del__(self) -> None:
         ctx = getattr(self, "_ctx", None)
@@ -274,7 +284,8 @@ class LlamaCppEngine(LocalEngine):
         if n > self.n_ubatch:
             raise RunFailed(
                 f"a segment of {n} tokens exceeds the engine's micro-batch ({self.n_ubatch}): it would be "
-                "split across forward passes, off the canonical schedule"
+                "split across forward passes, off the canonical schedule (record --ctx 2N gives a "
+                "micro-batch of N)"
             )
         C = self._api.C
         batch = C.llama_batch_init(n, 0, 1)

@@ -9,9 +9,10 @@
 # table in README.md, `eu-audit merge reports/audit-qwen2.5/slices/audit-slice-*.json -o merged.json`, and
 # remake ../report.md from merged.json with --findings and the notes (../rows/report.json holds them).
 #
-# CTX=16384 run-slice.sh 9: a slice whose session outgrows llama.cpp's default context of 8192 tokens
-# (slice 9's does). 018a927 predates `record --ctx`, so the script sets the engine's default context (its
-# n_ctx keyword default) for both record and audit; the context size changes no logit (tests/test_llamacpp.py::
+# CTX=16384 run-slice.sh 9: a slice whose session outgrows llama.cpp's default context of 8192 tokens and
+# its micro-batch of 4096 (slice 9 has one segment of 7,649 tokens). 018a927 predates
+# `record --ctx`, so the script sets the engine's defaults as `record --ctx` does today (context CTX,
+# micro-batch CTX/2) for both record and audit; neither size changes a logit (tests/test_llamacpp.py::
 # test_the_context_size_does_not_change_a_logit), so the slice stays part of the one run.
 set -euo pipefail
 I=${1:?usage: run-slice.sh I [WORKDIR]   (I = 1..15)}
@@ -28,7 +29,8 @@ EU=("$ROOT/.venv/bin/python" -m eu_audit.cli)
 if [ -n "${CTX:-}" ]; then
   [[ "$CTX" =~ ^[0-9]+$ ]] || { echo "CTX must be a number of tokens, got '$CTX'" >&2; exit 2; }
   EU=("$ROOT/.venv/bin/python" -c "import runpy, sys, eu_audit.runtime.llamacpp as L; \
-L.LlamaCppEngine.__init__.__kwdefaults__['n_ctx'] = $CTX; sys.argv[0] = 'eu-audit'; \
+L.LlamaCppEngine.__init__.__kwdefaults__.update(n_ctx=$CTX, n_ubatch=max(4096, $CTX // 2)); \
+sys.argv[0] = 'eu-audit'; \
 runpy.run_module('eu_audit.cli', run_name='__main__')")
 fi
 cd "$WORK/slice-$I"
