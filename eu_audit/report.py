@@ -7,6 +7,8 @@ and versions (from the sweep's ``sweep.json`` or the audit report), and the pape
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -16,6 +18,7 @@ from eu_audit.audits.model import FLOOR, AuditReport, read_report
 from eu_audit.audits.output import fmt, row_order, shown_suites
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer, check_input_file
+from eu_audit.shards import read_audits, shard_audits
 from eu_audit.sweeps import SWEEPS, SweepRow, load_rows
 
 
@@ -91,13 +94,34 @@ def sweep_section(folder: Path, out: Path) -> list[str]:
     return lines
 
 
-def audit_section(path: Path, out: Path, findings: bool = False) -> list[str]:
-    check_input_file(path)
-    rep = read_report(path)
+@dataclass(frozen=True)
+class AuditSource:
+    """One audit section's input: an audit ``--json`` report, or a folder of one run's shard audits that
+    the report merges (``eu_audit.shards``), so its rows hold each state once and no merged copy."""
+
+    path: Path
+    files: tuple[Path, ...]
+
+    @classmethod
+    def of(cls, path: Path) -> AuditSource:
+        return cls(path, tuple(shard_audits(path) if path.is_dir() else [path]))
+
+    @property
+    def is_shards(self) -> bool:
+        return self.files != (self.path,)
+
+    def read(self) -> AuditReport:
+        return read_audits(self.files)
+
+
+def audit_section(src: AuditSource, out: Path, findings: bool = False) -> list[str]:
+    rep = src.read()
+    path = src.path
     from eu_audit.audits.output import channel_table, summary_lines
 
     metrics = report_metrics()
-    lines = [f"### audit `{path.name}` ({rep.model})", "", *summary_lines(rep), ""]
+    merged = f", {len(src.files)} shard audits merged" if src.is_shards else ""
+    lines = [f"### audit `{path.name}` ({rep.model}{merged})", "", *summary_lines(rep), ""]
     for suite in shown_suites(rep):
         lines += [
             f"**{suite}** (n = {next((c.n for c in rep.cells if c.suite == suite), 0)} per method; "
@@ -212,14 +236,15 @@ ROWS = "rows"
 MANIFEST = "report.json"
 
 
-def _origin(audits: list[Path], sweeps: list[Path]) -> dict[str, list[str]]:
+def _origin(audits: list[AuditSource], sweeps: list[Path]) -> dict[str, list[str]]:
     """(model, engine, commit) -> the inputs made under it: a report mixes them only when asked."""
     out: dict[str, list[str]] = {}
     for a in audits:
-        rep = read_report(a)
-        commit = rep.tool_commit or f"release {rep.tool_version}"
-        key = f"model {rep.model}, engine {rep.engine}, commit {commit}"
-        out.setdefault(key, []).append(str(a))
+        for f in a.files:  # each shard on its own: a folder may hold shards made at different commits
+            rep = read_report(f)
+            commit = rep.tool_commit or f"release {rep.tool_version}"
+            key = f"model {rep.model}, engine {rep.engine}, commit {commit}"
+            out.setdefault(key, []).append(str(f))
     for folder in sweeps:
         m = _sweep_manifest(folder)
         commit = m.get("commit") or f"release {m.get('eu_audit', '?')}"
@@ -242,7 +267,7 @@ def _sweep_manifest(folder: Path) -> dict[str, Any]:
 
 def write_report(
     sweeps: list[Path],
-    audits: list[Path],
+    audits: Sequence[Path | AuditSource],
     out: Path,
     title: str,
     notes: Path | str | None,
@@ -252,8 +277,12 @@ def write_report(
 ) -> Path:
     """report.md and its figures in ``out``, and beside them ``rows/``: a copy of every input (audit JSON,
     sweep rows and manifest) and ``report.json``, from which ``regenerate`` makes the same report.
-    ``findings`` adds each audit's paper-vs-ours table (``eu_audit.findings``)."""
-    origins = _origin(audits, sweeps)
+    ``findings`` adds each audit's paper-vs-ours table (``eu_audit.findings``). An audit input may be a
+    folder of one run's shard audits: merged here, and saved as its shards (the manifest lists them)."""
+    sources = [a if isinstance(a, AuditSource) else AuditSource.of(a) for a in audits]
+    for f in (f for a in sources for f in a.files):
+        check_input_file(f)
+    origins = _origin(sources, sweeps)
     if len(origins) > 1 and not allow_mixed:
         listed = "; ".join(f"{k}: {', '.join(v)}" for k, v in origins.items())
         raise BadInput(f"the inputs come from different models, engines or commits ({listed}); --allow-mixed")
@@ -264,13 +293,13 @@ def write_report(
         lines += [notes_text.strip(), ""]
     if audits:
         lines += ["## Audits", ""]
-        for a in audits:
+        for a in sources:
             lines += audit_section(a, out, findings)
     if sweeps:
         lines += ["## Sweeps", ""]
         for s in sweeps:
             lines += sweep_section(s, out)
-    _save_rows(out / ROWS, sweeps, audits, title, notes_text, allow_mixed, findings)
+    _save_rows(out / ROWS, sweeps, sources, title, notes_text, allow_mixed, findings)
     path = out / "report.md"
     with atomic_writer(path, private=False) as f:
         f.write("\n".join(lines) + "\n")
@@ -287,14 +316,15 @@ def _copy(src: Path, dst: Path) -> None:
 def _save_rows(
     rows: Path,
     sweeps: list[Path],
-    audits: list[Path],
+    audits: list[AuditSource],
     title: str,
     notes: str | None,
     allow_mixed: bool,
     findings: bool,
 ) -> None:
     for a in audits:
-        _copy(a, rows / "audits" / a.name)
+        for f in a.files:
+            _copy(f, rows / "audits" / a.path.name / f.name if a.is_shards else rows / "audits" / a.path.name)
     for folder in sweeps:
         for name in ("sweep.json", "rows.jsonl"):
             _copy(folder / name, rows / "sweeps" / folder.name / name)
@@ -302,7 +332,13 @@ def _save_rows(
         "format": "eu-audit/report@1",
         "title": title,
         "notes": notes,
-        "audits": [a.name for a in audits],
+        "audits": [a.path.name for a in audits],
+        # a folder of shard audits: the shards this report merged (a shard landing later changes nothing)
+        **(
+            {"shards": {a.path.name: [f.name for f in a.files] for a in audits if a.is_shards}}
+            if any(a.is_shards for a in audits)
+            else {}
+        ),
         "sweeps": [s.name for s in sweeps],
         "allow_mixed": allow_mixed,
         **({"findings": True} if findings else {}),  # absent when off: older manifests stay as they were
@@ -319,10 +355,16 @@ def regenerate(folder: Path, out: Path) -> Path:
     check_input_file(path)
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-        audits = [rows / "audits" / str(a) for a in manifest["audits"]]
+        shards = manifest.get("shards") or {}
+        audits = [
+            AuditSource(rows / "audits" / a, tuple(rows / "audits" / a / str(f) for f in shards[a]))
+            if a in shards
+            else rows / "audits" / str(a)
+            for a in map(str, manifest["audits"])
+        ]
         sweeps = [rows / "sweeps" / str(s) for s in manifest["sweeps"]]
         title, notes = str(manifest["title"]), manifest.get("notes")
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise BadInput(
             f"not a report's rows manifest ({type(exc).__name__}: {exc})", path=str(path)
         ) from None

@@ -13,9 +13,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eu_audit.errors import BadInput
+
+if TYPE_CHECKING:
+    from eu_audit.audits.model import AuditReport
 
 T = TypeVar("T")
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -142,7 +145,7 @@ SAME_AUDIT = (
 )
 
 
-def merge_reports(paths: Sequence[Path]) -> Any:
+def merge_reports(paths: Sequence[Path]) -> AuditReport:
     """Shard audits -> the audit of the union of their sessions: states joined, probes dropped, floors,
     cells and p-values recomputed over all of them, exactly as one run on the same sessions would."""
     from eu_audit.audits.model import read_report
@@ -194,6 +197,45 @@ def merge_reports(paths: Sequence[Path]) -> Any:
             "cost": cost,
         }
     )
+
+
+def _natural(path: Path) -> tuple[Any, ...]:
+    """audit-slice-2 before audit-slice-10: numbers in a name compare as numbers."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name))
+
+
+def shard_audits(folder: Path) -> list[Path]:
+    """The shard audits in ``folder`` (its ``*.json``, in natural order): one run's audit, kept in pieces so
+    the report's rows hold each state once, never a merged copy beside its shards."""
+    if not folder.is_dir():
+        raise BadInput("no such folder", path=str(folder))
+    found = sorted((p for p in folder.glob("*.json") if p.is_file()), key=_natural)
+    if not found:
+        raise BadInput("no shard audits (*.json) in this folder", path=str(folder))
+    return found
+
+
+def read_audits(paths: Sequence[Path]) -> AuditReport:
+    """One audit from one or more of a run's shard audits (merged when more), read once per process for
+    the same files unchanged: a report reads each input for its section and again for its origin."""
+    key = tuple((str(p.resolve()), *_stamp(p)) for p in paths)
+    if key not in _READ:
+        from eu_audit.audits.model import read_report
+
+        _READ.clear()  # one report's inputs at a time: a merged run is megabytes
+        _READ[key] = read_report(paths[0]) if len(paths) == 1 else merge_reports(paths)
+    return _READ[key]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (-1, -1)  # read_report names the file and why it cannot be read
+    return (st.st_mtime_ns, st.st_size)
+
+
+_READ: dict[tuple[tuple[str, int, int], ...], AuditReport] = {}
 
 
 def shard_bundle(path: Path, shard: Shard) -> Path:

@@ -11,7 +11,8 @@ from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.findings import PAPER, Finding, judge
 from eu_audit.report import regenerate, write_report
 
-SLICE = Path(__file__).parent.parent / "reports" / "audit-qwen2.5" / "slices" / "audit-slice-1.json"
+SLICES = Path(__file__).parent.parent / "reports" / "audit-qwen2.5" / "rows" / "audits" / "slices"
+SLICE = SLICES / "audit-slice-1.json"
 
 
 def _verdicts(rep: AuditReport, findings: tuple[Finding, ...] = PAPER) -> dict[str, str]:

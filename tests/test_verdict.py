@@ -202,6 +202,36 @@ def test_merged_shards_give_the_rows_and_p_values_of_one_run(tmp_path: Path) -> 
     assert [(c.method, c.suite, c.p) for c in merged.cells] == [(c.method, c.suite, c.p) for c in whole.cells]
 
 
+def test_a_report_from_a_folder_of_shard_audits_is_the_report_of_their_merge_and_keeps_only_the_shards(
+    tmp_path: Path,
+) -> None:
+    from eu_audit.report import regenerate, write_report
+    from eu_audit.shards import merge_reports
+
+    folder = tmp_path / "slices"
+    folder.mkdir()
+    for i in (1, 2, 3):
+        rep = audit(_record(tmp_path, f"part{i}.jsonl", 6, f"{i}/3"), AuditOptions())
+        (folder / f"audit-slice-{i}.json").write_text(rep.model_dump_json())
+    merged = tmp_path / "merged" / "slices"  # the same name, so the two reports differ in nothing else
+    merged.parent.mkdir()
+    merged.write_text(merge_reports(sorted(folder.glob("*.json"))).model_dump_json())
+    by_merge = write_report([], [merged], tmp_path / "by-merge", "t", None, findings=True).read_text()
+    by_folder = write_report([], [folder], tmp_path / "by-folder", "t", None, findings=True)
+    title = "### audit `slices` (unknown"  # the scripted agent's model is unknown
+    assert by_folder.read_text() == by_merge.replace(title + ")", title + ", 3 shard audits merged)", 1)
+    rows = tmp_path / "by-folder" / "rows" / "audits"
+    assert sorted(p.name for p in rows.rglob("*.json")) == [f"audit-slice-{i}.json" for i in (1, 2, 3)]
+    assert [p.relative_to(rows).parts[0] for p in rows.iterdir()] == ["slices"]  # no merged copy
+    # a shard that lands later changes nothing until the report is made again: the manifest lists its three
+    (rows / "slices" / "audit-slice-4.json").write_text((folder / "audit-slice-1.json").read_text())
+    assert regenerate(tmp_path / "by-folder", tmp_path / "again").read_bytes() == by_folder.read_bytes()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run_cli("report", "--audit", str(empty), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "no shard audits" in proc.stderr and str(empty) in proc.stderr
+
+
 def test_shards_that_overlap_or_come_from_another_run_are_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:

@@ -21,7 +21,12 @@ def report(
         list[Path] | None, typer.Option("--sweep", help="A sweep folder (repeatable).")
     ] = None,
     audit_json: Annotated[
-        list[Path] | None, typer.Option("--audit", help="An audit --json report (repeatable).")
+        list[Path] | None,
+        typer.Option(
+            "--audit",
+            help="An audit --json report, or a folder of one run's shard audits (merged here; the rows "
+            "keep the shards, not a merged copy). Repeatable.",
+        ),
     ] = None,
     title: Annotated[str, typer.Option(help="Report title.")] = "eu-audit report",
     notes: Annotated[Path | None, typer.Option(help="Markdown placed under the title.")] = None,
@@ -52,6 +57,7 @@ def report(
 
     [bold]eu-audit report --sweep sweeps/tau --sweep sweeps/indep --audit audit.json -o reports/smollm2[/]
     [bold]eu-audit report --rows reports/smollm2 -o /tmp/again[/]  (then diff the two report.md)
+    [bold]eu-audit report --audit shards/ --findings -o reports/big-run[/]  (shard audits of one run)
     """
     from eu_audit.report import regenerate, write_report
 

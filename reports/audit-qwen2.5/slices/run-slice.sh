@@ -4,10 +4,11 @@
 #   reports/audit-qwen2.5/slices/run-slice.sh I [WORKDIR]      # I = 1..15
 #
 # Checks out commit 018a927 into WORKDIR/code (a detached git worktree; this checkout's .venv runs it),
-# records shard I/15 and audits it there (about 35 min on 2 cores), and copies the masked audit JSON
-# here as audit-slice-I.json. It never overwrites a slice already here. Then: add the slice's row to the
-# table in README.md, `eu-audit merge reports/audit-qwen2.5/slices/audit-slice-*.json -o merged.json`, and
-# remake ../report.md from merged.json with --findings and the notes (../rows/report.json holds them).
+# records shard I/15 and audits it there (about 35 min on 2 cores), and copies the masked audit JSON to
+# ../rows/audits/slices/audit-slice-I.json, beside the slices already in. It never overwrites a slice
+# already there. Then: add the slice's row to the table in README.md and remake ../report.md from the
+# folder of slices with --findings and the notes (README.md has the command): the report merges them,
+# and its rows are the slices themselves, each state once.
 #
 # CTX=16384 run-slice.sh 9: a slice whose session outgrows llama.cpp's default context of 8192 tokens and
 # its micro-batch of 4096 (slice 9 has one segment of 7,649 tokens). 018a927 predates
@@ -21,7 +22,8 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 COMMIT=018a927
 WORK=${2:-"$ROOT/../eu-slices"}
-[ -e "$HERE/audit-slice-$I.json" ] && { echo "audit-slice-$I.json is already here" >&2; exit 2; }
+DEST="$(cd "$HERE/../rows/audits/slices" && pwd)"
+[ -e "$DEST/audit-slice-$I.json" ] && { echo "$DEST/audit-slice-$I.json is already there" >&2; exit 2; }
 mkdir -p "$WORK/slice-$I"
 [ -d "$WORK/code" ] || git -C "$ROOT" worktree add --detach "$WORK/code" "$COMMIT"
 [ "$(git -C "$WORK/code" rev-parse --short=7 HEAD)" = "$COMMIT" ] || { echo "$WORK/code is not at $COMMIT" >&2; exit 2; }
@@ -42,5 +44,5 @@ time "${EU[@]}" audit "slice-$I.jsonl" --json "audit-slice-$I.json" || rc=$?
 # the audit's exit is its verdict on the default rules (1: a method fails, 4: inconclusive at this n):
 # either way the slice is data; 2 and 3 are a bad input or a failed run
 [[ "$rc" =~ ^[014]$ ]] || { echo "the audit of slice $I exited $rc" >&2; exit "$rc"; }
-cp "audit-slice-$I.json" "$HERE/audit-slice-$I.json"
-echo "slice $I: $HERE/audit-slice-$I.json"
+cp "audit-slice-$I.json" "$DEST/audit-slice-$I.json"
+echo "slice $I: $DEST/audit-slice-$I.json"
