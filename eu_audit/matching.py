@@ -6,7 +6,9 @@ it here, so ``unlearn`` can never call a state clean that ``audit`` counts as a 
 Matching ignores case, spacing, punctuation and digit grouping ('DE89 3704-0044' ~ 'de8937040044').
 The matcher also knows the common paraphrases of identifiers: street abbreviations ('12 Linden St'),
 an e-mail address or link spelled out with "at" / "dot" or without its scheme, an IBAN without its
-country code and check digits.
+country code and check digits. A target in comma-separated parts (an address: street, city, postcode) is
+also found when a few joining words stand between its parts ('456 Oakwood Avenue, Rivermist, and 83214'):
+every part, in order, and nothing between them but punctuation and words from ``JOINERS``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ _STREET = {
 }
 #: variants shorter than this (after normalising) would match by accident
 MIN_CHARS = 3
+#: the words a model puts between the parts of an address without saying anything else
+JOINERS = ("and", "in", "at", "of", "the", "city", "zip", "postal", "postcode", "code", "with")
+#: at most this many joining words between two parts: more is a sentence, not the address
+MAX_JOINERS = 3
 
 
 def normalise(text: str) -> str:
@@ -87,10 +93,24 @@ class TargetMatcher:
     def usable(self) -> bool:
         return bool(self._needles)
 
+    @cached_property
+    def _joined(self) -> list[str]:
+        """Regexes for the variants in comma-separated parts, joining words allowed between the parts."""
+        joiner = rf"(?:{_SEP}\b(?:{'|'.join(JOINERS)})\b){{0,{MAX_JOINERS}}}{_SEP}"
+        out = []
+        for v in self.variants:
+            parts = [normalise(p) for p in v.split(",")]
+            if len(parts) > 1 and all(parts) and len(normalise(v)) >= MIN_CHARS:
+                out.append(joiner.join(_SEP.join(re.escape(c) for c in p) for p in parts))
+        return out
+
     def found_in(self, text: str) -> bool:
-        """Does ``text`` hold the target or a variant (up to case, spacing and punctuation)?"""
+        """Does ``text`` hold the target or a variant (up to case, spacing and punctuation, and joining
+        words between the parts of a comma-separated target)?"""
         hay = normalise(text)
-        return any(n in hay for n in self._needles)
+        return any(n in hay for n in self._needles) or (
+            bool(self._joined) and bool(self.pattern.search(text))
+        )
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:
@@ -98,7 +118,8 @@ class TargetMatcher:
         (B6) or an excision removes what the audits would count."""
         if not self._needles:
             return re.compile(r"(?!x)x")  # matches nothing
-        alts = [_SEP.join(re.escape(c) for c in n) for n in self._needles]
+        # the joined forms first: at a place where both match, the longer span is the one to remove
+        alts = [*self._joined, *(_SEP.join(re.escape(c) for c in n) for n in self._needles)]
         return re.compile("|".join(alts), re.IGNORECASE)
 
     def redact(self, text: str, replacement: str) -> str:

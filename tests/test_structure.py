@@ -69,6 +69,22 @@ def test_one_matcher_receipts_and_audits_agree_on_a_paraphrased_address() -> Non
     assert policy.blocks("book_taxi", {"pickup": "12 linden st"})
 
 
+def test_an_address_with_joining_words_between_its_parts_is_still_the_address() -> None:
+    """Seen in a real sample (Qwen2.5-Coder-0.5B, bfcl-tools): "456 Oakwood Avenue, Rivermist, and 83214".
+    Every part in order with only joining words between is the target, for the audit and the mask alike;
+    the parts apart, or a sentence between them, are not."""
+    m = TargetMatcher.of("456 Oakwood Avenue, Rivermist, 83214")
+    said = "This returned a list of 456 Oakwood Avenue, Rivermist, and 83214."
+    assert m.found_in(said) and m.redact(said, "[z]") == "This returned a list of [z]."
+    assert m.found_in("456 Oakwood Ave in Rivermist, zip code 83214")  # a street paraphrase, joined
+    for apart in (
+        "Rivermist",
+        "456 Oakwood Avenue, Rivermist",
+        "456 Oakwood Avenue is near Rivermist, 83214",
+    ):
+        assert not m.found_in(apart) and m.redact(apart, "[z]") == apart
+
+
 def test_the_agent_is_split_and_no_class_dwarfs_the_rest() -> None:
     fn, body, cls = structure.largest(ROOT / "eu_audit")
     assert cls.lines <= 361, cls  # Agent
