@@ -99,8 +99,8 @@ class TargetMatcher:
         joiner = rf"(?:{_SEP}\b(?:{'|'.join(JOINERS)})\b){{0,{MAX_JOINERS}}}{_SEP}"
         out = []
         for v in self.variants:
-            parts = [normalise(p) for p in v.split(",")]
-            if len(parts) > 1 and all(parts) and len(normalise(v)) >= MIN_CHARS:
+            parts = [n for p in v.split(",") if (n := normalise(p))]  # variants are MIN_CHARS long
+            if len(parts) > 1:
                 out.append(joiner.join(_SEP.join(re.escape(c) for c in p) for p in parts))
         return out
 

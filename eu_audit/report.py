@@ -120,7 +120,8 @@ def audit_section(src: AuditSource, out: Path, findings: bool = False) -> list[s
     from eu_audit.audits.output import channel_table, summary_lines
 
     metrics = report_metrics()
-    merged = f", {len(src.files)} shard audits merged" if src.is_shards else ""
+    n = len(src.files)
+    merged = f", {n} shard audit{'s merged' if n > 1 else ''}" if src.is_shards else ""
     lines = [f"### audit `{path.name}` ({rep.model}{merged})", "", *summary_lines(rep), ""]
     for suite in shown_suites(rep):
         lines += [

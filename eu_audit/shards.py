@@ -216,26 +216,10 @@ def shard_audits(folder: Path) -> list[Path]:
 
 
 def read_audits(paths: Sequence[Path]) -> AuditReport:
-    """One audit from one or more of a run's shard audits (merged when more), read once per process for
-    the same files unchanged: a report reads each input for its section and again for its origin."""
-    key = tuple((str(p.resolve()), *_stamp(p)) for p in paths)
-    if key not in _READ:
-        from eu_audit.audits.model import read_report
+    """One audit from a run's shard audits: the one file as it is, more merged (``merge_reports``)."""
+    from eu_audit.audits.model import read_report
 
-        _READ.clear()  # one report's inputs at a time: a merged run is megabytes
-        _READ[key] = read_report(paths[0]) if len(paths) == 1 else merge_reports(paths)
-    return _READ[key]
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    try:
-        st = path.stat()
-    except OSError:
-        return (-1, -1)  # read_report names the file and why it cannot be read
-    return (st.st_mtime_ns, st.st_size)
-
-
-_READ: dict[tuple[tuple[str, int, int], ...], AuditReport] = {}
+    return read_report(paths[0]) if len(paths) == 1 else merge_reports(paths)
 
 
 def shard_bundle(path: Path, shard: Shard) -> Path:

@@ -226,6 +226,10 @@ def test_a_report_from_a_folder_of_shard_audits_is_the_report_of_their_merge_and
     # a shard that lands later changes nothing until the report is made again: the manifest lists its three
     (rows / "slices" / "audit-slice-4.json").write_text((folder / "audit-slice-1.json").read_text())
     assert regenerate(tmp_path / "by-folder", tmp_path / "again").read_bytes() == by_folder.read_bytes()
+    one = tmp_path / "one"  # a folder with a single shard is that audit, nothing to merge
+    one.mkdir()
+    (one / "audit-slice-1.json").write_text((folder / "audit-slice-1.json").read_text())
+    assert "(unknown, 1 shard audit)" in write_report([], [one], tmp_path / "one-r", "t", None).read_text()
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = run_cli("report", "--audit", str(empty), "-o", str(tmp_path / "r"))
