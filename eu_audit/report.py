@@ -165,9 +165,9 @@ def audit_section(src: AuditSource, out: Path, findings: bool = False) -> list[s
         lines += [f"![behavior]({png.name})", ""]
     lines += [
         f"Command: `{rep.command or 'not recorded'}`  ",
-        f"Audit of `{rep.bundle}` (sha256 {rep.bundle_digest[:12]}), k = {rep.k} at T = {rep.temperature}, "
-        f"seed {rep.seed}, margin {rep.margin}, eu-audit {rep.tool_version} "
-        f"(commit {rep.tool_commit or 'not recorded'}); model {rep.model}"
+        f"Audit of `{rep.bundle}` (sha256 {_short_digests(rep.bundle_digest)}), "
+        f"k = {rep.k} at T = {rep.temperature}, seed {rep.seed}, margin {rep.margin}, "
+        f"eu-audit {rep.tool_version} (commit {rep.tool_commit or 'not recorded'}); model {rep.model}"
         + (f" (weights sha256 {rep.model_digest[:12]})" if rep.model_digest else "")
         + f" on {rep.engine}"
         + (f" ({rep.engine_facts['library']})" if rep.engine_facts.get("library") else "")
@@ -175,6 +175,11 @@ def audit_section(src: AuditSource, out: Path, findings: bool = False) -> list[s
         "",
     ]
     return lines
+
+
+def _short_digests(digests: str) -> str:
+    """A merged audit's bundle digest is its shards' digests joined by commas: name each, not the first."""
+    return ", ".join(d[:12] for d in digests.split(","))
 
 
 def _verdict_lines(rep: AuditReport) -> list[str]:

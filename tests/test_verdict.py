@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
-from eu_audit.audits.model import AuditReport
+from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.audits.output import junit_xml, summary_lines
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
 from eu_audit.gate import evaluate, exit_code
@@ -220,6 +220,9 @@ def test_a_report_from_a_folder_of_shard_audits_is_the_report_of_their_merge_and
     by_folder = write_report([], [folder], tmp_path / "by-folder", "t", None, findings=True)
     title = "### audit `slices` (unknown"  # the scripted agent's model is unknown
     assert by_folder.read_text() == by_merge.replace(title + ")", title + ", 3 shard audits merged)", 1)
+    # its footer names every shard's bundle by digest, not the first one's alone
+    shard_digests = [read_report(p).bundle_digest[:12] for p in sorted(folder.glob("*.json"))]
+    assert f"(sha256 {', '.join(shard_digests)})" in by_folder.read_text()
     rows = tmp_path / "by-folder" / "rows" / "audits"
     assert sorted(p.name for p in rows.rglob("*.json")) == [f"audit-slice-{i}.json" for i in (1, 2, 3)]
     assert [p.relative_to(rows).parts[0] for p in rows.iterdir()] == ["slices"]  # no merged copy
