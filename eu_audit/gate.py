@@ -2,8 +2,9 @@
 
 A rule is ``METHOD[.SUITE].METRIC OP VALUE`` with OP one of ``<= >= == < >`` and VALUE a number or
 ``floor`` (B5's value, paired by session), or, for a black-box agent, ``METHOD[.SUITE].CHANNEL.TIER OP
-N`` naming one channel where z may be (``agent.store.history==0``, ``agent.prompt.memory==0``,
-``agent.tool.routing==0``: ``eu_audit.audits.channels``). Without a suite the rule reads every session.
+N`` naming one channel where z may be (``agent.store.history==0``, ``agent.prompt.system==0``,
+``agent.tool.routing==0``, or ``agent.prompt.history<=floor``: z there only where B5's session has it;
+``eu_audit.audits.channels``). Without a suite the rule reads every session.
 Each rule's verdict is held, failed or inconclusive (``eu_audit.verdict``); gates fail closed: a value
 that could not be measured fails the rule, and an errored state fails the run.
 """
@@ -14,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eu_audit.audits.channels import KINDS
+from eu_audit.audits.channels import KINDS, check_tier
 from eu_audit.audits.metric import METRICS, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.errors import BadInput
@@ -39,10 +40,16 @@ class Rule:
 
 def parse_rule(text: str) -> Rule:
     m = _CHANNEL_RULE.match(text)
-    if m:  # a channel of a black-box agent (eu_audit.audits.channels): a count per session, a fact
+    if m:  # a channel of a black-box agent (eu_audit.audits.channels): a count per session
         method, suite, kind, tier, op, rhs = m.groups()
-        if rhs == "floor":
-            raise BadInput(f"gate '{text}': a channel rule is a count per session: compare it with a number")
+        if why := check_tier(kind, tier):
+            raise BadInput(f"gate '{text}': {why}")
+        if rhs == "floor" and (op != "<=" or kind == "after"):
+            after = "; the floor runs no rechecks: compare after.EVENT with a number" * (kind == "after")
+            raise BadInput(
+                f"gate '{text}': against the floor a channel is compared as '<=floor' (z there only where "
+                f"B5's session has it too){after}"
+            )
         return Rule(text, method.lower(), suite or "all", f"{kind}.{tier}", op, rhs)
     m = _RULE.match(text)
     if not m:

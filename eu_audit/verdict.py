@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from eu_audit.audits.channels import channel_unmeasured, channel_value
+from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
 from eu_audit.audits.metric import METRICS, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 
@@ -240,24 +240,30 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
         return _result(rule, "failed", f"{len(errored)} state(s) of {rule.method} errored: a failure")
     if rule.rhs == "floor" and not report.floor:
         return _result(rule, "failed", "not measured: the audit ran without the floor")
+    if name.startswith("store.") and (nowhere := unknown_store(report.states, name.split(".", 1)[1])):
+        return _result(rule, "failed", f"{name}: {nowhere} (fails closed: never a pass)")
     floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
     values = {s.session_id: value_of(s, name) for s in mine}
     measured = [s for s in mine if values[s.session_id] is not None]
     if rule.rhs == "floor":  # a pair needs both sides
         measured = [
-            s
-            for s in measured
-            if floor.get(s.session_id) and floor[s.session_id].values.get(name) is not None
+            s for s in measured if floor.get(s.session_id) and value_of(floor[s.session_id], name) is not None
         ]
     if not measured:
         why = sorted({r for s in mine if (r := unmeasured_reason(s, name))}) or ["no value"]
         return _result(rule, "failed", f"{name}: {'; '.join(why)} (fails closed: never a pass)")
     sign = -1.0 if rule.op in (">=", ">") else 1.0
 
-    def reference(s: StateAudit) -> float:
-        return float(floor[s.session_id].values[name] or 0.0) if rule.rhs == "floor" else float(rule.rhs)
+    # a channel against the floor compares presence: the two sides make different numbers of calls
+    presence = "." in name and rule.rhs == "floor"
 
-    ds = [sign * (float(values[s.session_id] or 0.0) - reference(s)) for s in measured]
+    def own(v: float | None) -> float:
+        return float(bool(v)) if presence else float(v or 0.0)
+
+    def reference(s: StateAudit) -> float:
+        return own(value_of(floor[s.session_id], name)) if rule.rhs == "floor" else float(rule.rhs)
+
+    ds = [sign * (own(values[s.session_id]) - reference(s)) for s in measured]
     identical = all(s.session_id in floor and _identical(s, floor[s.session_id]) for s in measured)
     # a session the metric does not apply to (avoid outside the preference suite) is not a missing one;
     # one it could not be measured on (a reason is recorded) is
@@ -289,6 +295,8 @@ def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> G
         return ev
     if is_fact(rule.rhs):
         return _fact(rule, ev)
+    if "." in rule.metric:  # a channel against the floor (``gate.parse_rule``): z where B5 had none
+        return _observed(rule, ev)
     metric = METRICS.get(rule.metric)
     if metric.observation:
         return _observed(rule, ev)
@@ -320,6 +328,9 @@ def _observed(rule: Rule, ev: Evidence) -> GateResult:
     holds when every session was observed and none holds more than its floor."""
     worse = sum(d > 0 for d in ev.ds)
     test = "fact: every session observed against its floor"
+    if "." in rule.metric:  # a channel: presence
+        broke = f"z in {rule.metric} where the floor's session had none"
+        return _each_session(rule, ev, worse, test, broke, "z there only where the floor had it")
     return _each_session(rule, ev, worse, test, f"{rule.metric} above the floor's", "at or below the floor")
 
 

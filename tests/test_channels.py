@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.channels import channels
-from eu_audit.audits.model import AuditReport
+from eu_audit.audits.model import FLOOR, AuditReport
 from eu_audit.audits.output import channel_lines, channel_table
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
 from eu_audit.gate import evaluate
@@ -36,7 +36,7 @@ def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps
     assert got["prompts after the forget"]["unknown"] == 2
     assert any("store.archive suppressed (2 of 2 sessions)" in line for line in channel_lines(rep))
     table = "\n".join(channel_table(rep))
-    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 |" in table
+    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 0 |" in table
 
 
 def test_a_forget_that_deletes_nothing_leaks_in_its_answers_and_its_store(tmp_path: Path) -> None:
@@ -47,14 +47,53 @@ def test_a_forget_that_deletes_nothing_leaks_in_its_answers_and_its_store(tmp_pa
 
 def test_a_gate_can_name_one_channel_and_an_unobservable_one_fails_closed(tmp_path: Path) -> None:
     bundle, rep = run(tmp_path, "hiding")
-    rules = ["agent.store.archive==0", "agent.store.notes==0", "agent.prompt.memory==0"]
+    rules = ["agent.store.archive==0", "agent.store.notes==0", "agent.prompt.system==0"]
     got = {g.rule: (g.outcome, g.detail) for g in evaluate(rep, rules)}
     assert got["agent.store.archive==0"][0] == "failed" and "2 of 2" in got["agent.store.archive==0"][1]
     assert got["agent.store.notes==0"][0] == "held"
-    assert got["agent.prompt.memory==0"][0] == "failed" and "never a pass" in got["agent.prompt.memory==0"][1]
+    assert got["agent.prompt.system==0"][0] == "failed" and "never a pass" in got["agent.prompt.system==0"][1]
     proc = run_cli(
         "audit", str(bundle), "--gate", "agent.store.archive==0", "--json", str(tmp_path / "a.json")
     )
     assert proc.returncode == 1 and "agent.store.archive==0: FAILED" in proc.stdout
-    bad = run_cli("audit", str(bundle), "--gate", "agent.store.archive<=floor")
-    assert bad.returncode == 2 and "compare it with a number" in bad.stderr
+    bad = run_cli("audit", str(bundle), "--gate", "agent.store.archive>=floor")
+    assert bad.returncode == 2 and "compared as '<=floor'" in bad.stderr
+
+
+def test_a_misspelt_channel_never_passes(tmp_path: Path) -> None:
+    bundle, rep = run(tmp_path, "hiding")
+    # prompt tiers and sink classes are a fixed vocabulary: refused before anything runs
+    for rule, says in [
+        ("agent.prompt.memory==0", "arrives in the system prompt: prompt.system"),
+        ("agent.prompt.histroy==0", "the prompt tiers are system, history"),
+        ("agent.tool.payload==0", "they are routing, selection, free-text"),
+    ]:
+        proc = run_cli("audit", str(bundle), "--gate", rule)
+        assert proc.returncode == 2 and says in proc.stderr, (rule, proc.stderr)
+    # a store is the agent's own name for it: one its dump never had fails closed, naming the ones it has
+    got = {g.rule: g for g in evaluate(rep, ["agent.store.archve==0"])}["agent.store.archve==0"]
+    assert got.outcome == "failed" and "no dump of this run had a store 'archve' (its stores: " in got.detail
+    assert "archive" in got.detail
+
+
+def test_z_the_floor_also_holds_is_counted_beside_the_verdict_and_a_floor_gate_reads_it(
+    tmp_path: Path,
+) -> None:
+    _, rep = run(tmp_path, "hiding")
+    rule = "agent.store.archive<=floor"
+    # B5 never held z in the archive: the agent's copy is the forget's residue
+    got = {g.rule: g for g in evaluate(rep, [rule])}[rule]
+    assert got.outcome == "failed" and "where the floor's session had none in 2 of 2" in got.detail
+    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 0 |" in "\n".join(channel_table(rep))
+    # the same run where B5's state had z in the same store in every session (a task that leads back to z)
+    agent = {s.session_id: s for s in rep.states if s.method == "agent"}
+    for s in rep.states:
+        if s.method == FLOOR:
+            s.residue = dict(agent[s.session_id].residue)
+            s.values["residue_store"] = agent[s.session_id].values["residue_store"]
+    got = {g.rule: g for g in evaluate(rep, [rule])}[rule]
+    assert got.outcome == "held" and "only where the floor had it" in got.detail
+    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 2 |" in "\n".join(channel_table(rep))
+    assert any("store.archive suppressed (2 of 2 sessions; B5 too)" in line for line in channel_lines(rep))
+    # the count rule is still a fact: z in the store fails it, whatever B5 held
+    assert evaluate(rep, ["agent.store.archive==0"])[0].outcome == "failed"

@@ -2,9 +2,9 @@
 audit. A channel is something the audit observed of the agent:
 
 - what it *says*: its answers to the probes and the sampled asks after the forget;
-- what it *does*: the arguments of its tool calls, by sink class (``tool.routing``, ``tool.payload``, ...);
+- what it *does*: the arguments of its tool calls, by sink class (``tool.routing``, ``tool.free-text``, ...);
 - what its model *reads*: each prompt tier of the model calls after the forget, from serve's log
-  (``prompt.system``, ``prompt.memory``, ``prompt.history``, ``prompt.tool``, ...);
+  (``prompt.system``, ``prompt.user``, ``prompt.agent``, ``prompt.tool``, ``prompt.embedding``);
 - what it *keeps*: each store of its dump (``store.history``, ``store.memory``, ``store.checkpoints``, ...).
 
 Per session, a channel is **leaked** (z in what the agent said or did, or in a state channel of a session
@@ -12,18 +12,30 @@ whose outputs leaked), **suppressed** (z in a prompt or store while nothing it s
 forget hid z from the output, it did not erase it), **erased** (observed, no z), or **unknown** (the agent
 lacks what would show it: a fork for probes, a store dump, a serve log). A tier is named once it held z
 in some session (the residue records count only those); the rows "prompts after the forget", "store dump"
-and "tool arguments" cover every tier of their kind. A gate can name a channel:
-``agent.store.history==0``, ``agent.prompt.memory==0``, ``agent.tool.routing==0`` (the count of items,
-calls or prompts holding z, per session).
+and "tool arguments" cover every tier of their kind. A gate can name a channel (the count of items,
+calls or prompts holding z, per session): ``agent.store.history==0`` (a store of the agent's dump, by the
+name it gives it), ``agent.prompt.system==0`` (``PROMPT_TIERS``: retrieved memory and summaries arrive in
+the system prompt, so they are one tier), ``agent.tool.routing==0`` (a sink class), ``agent.after.restart==0``
+(a recheck event). A name that is no tier is refused before anything runs, and a store no dump of the run
+had fails closed: a misspelt channel never passes.
+
+The paper's reference is B5, a full reset that never saw the revoked record. Where the floor's state of
+the same session holds z in the same channel (the task itself leads back to z: a later tool result shows
+it, the model guesses a file name), z there is not shown to be the forget's residue: each channel counts
+those sessions (``floor_too``) beside its verdict, and ``agent.prompt.history<=floor`` gates on it (z in
+the channel only where the floor's session has it too; presence, not counts, since the two sides make
+different numbers of calls).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from eu_audit.audits.leakage import SINK_CLASSES
 from eu_audit.audits.model import StateAudit
+from eu_audit.blackbox.residue import EMBEDDING, RAW_PROMPT, TIERS
 
 Verdict = Literal["leaked", "suppressed", "erased", "unknown"]
 VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "unknown")  # the table's column order
@@ -35,6 +47,24 @@ KINDS: dict[str, tuple[str, str]] = {
     "store": ("residue_store", "store_tiers"),
     "tool": ("leak_action", ""),
     "after": ("", "after"),
+}
+#: the prompt tiers a gate names -> the tiers of serve's log they cover (``eu_audit.blackbox.residue``)
+PROMPT_TIERS: dict[str, tuple[str, ...]] = {
+    "system": (TIERS["system"],),
+    "history": (TIERS["user"], TIERS["assistant"]),
+    "user": (TIERS["user"],),
+    "agent": (TIERS["assistant"],),
+    "tool": (TIERS["tool"],),
+    "embedding": (EMBEDDING,),
+    "prompt": (RAW_PROMPT,),
+}
+#: serve log's tier -> the name of its channel row and gate (``prompt.user``); a role outside these keeps
+#: its own name
+PROMPT_NAMES = {tiers[0]: name for name, tiers in PROMPT_TIERS.items() if len(tiers) == 1}
+#: names a user may reach for that are no tier of their own, and where that text arrives instead
+NOT_A_TIER = {
+    "memory": "retrieved memory arrives in the system prompt: prompt.system",
+    "summary": "a summary arrives in the system prompt: prompt.system",
 }
 #: a channel kind's row over all its tiers, and the residue key of its quoted example
 LABELS = {
@@ -59,7 +89,35 @@ def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
         return None
     if kind == "tool":
         return float(state.action_sinks.get(tier, 0))
-    return float(state.residue.get(key, {}).get(tier, 0))
+    held = state.residue.get(key, {})
+    if kind == "prompt" and tier in PROMPT_TIERS:  # a gate's name: the sum over the tiers it covers
+        return float(sum(held.get(t, 0) for t in PROMPT_TIERS[tier]))
+    return float(held.get(tier, 0))
+
+
+def unknown_store(states: Iterable[StateAudit], tier: str) -> str:
+    """Why ``store.tier`` names no store of these dumps ("" when some dump had it, or when a dump does not
+    list its stores: bundles recorded before ``ResidueRecord.stores``): a store empty in one session is
+    clean there, one no dump ever had is a misspelt name, and a gate on it fails closed."""
+    listed = [s.residue.get("stores") for s in states if s.residue]
+    if not listed or any(names is None for names in listed):
+        return ""
+    seen = sorted({name for names in listed for name in names or {}})
+    if tier in seen:
+        return ""
+    return f"no dump of this run had a store '{tier}' (its stores: {', '.join(seen) or 'none'})"
+
+
+def check_tier(kind: str, tier: str) -> str:
+    """Why a gate's ``kind.tier`` names no channel ("" when it may): prompt tiers and sink classes are a
+    fixed vocabulary; a store is the agent's name for it (checked on the dump); a recheck event is checked
+    on the run."""
+    if kind == "prompt" and tier not in PROMPT_TIERS:
+        instead = NOT_A_TIER.get(tier, f"the prompt tiers are {', '.join(PROMPT_TIERS)}")
+        return f"'prompt.{tier}' is no prompt tier ({instead})"
+    if kind == "tool" and tier not in SINK_CLASSES:
+        return f"'tool.{tier}' is no sink class (they are {', '.join(SINK_CLASSES)})"
+    return ""
 
 
 def channel_unmeasured(state: StateAudit, kind: str, tier: str = "") -> str:
@@ -82,6 +140,22 @@ def _after(s: StateAudit, tier: str, leaked: bool) -> tuple[Verdict, str, str]:
     return ("leaked" if got["said"] or leaked else "suppressed"), "", str(got["example"])
 
 
+def floor_holds(floor: StateAudit | None, name: str) -> bool:
+    """Whether the floor's state of the same session held z in the channel called ``name`` (a row of
+    ``channels``); the floor runs no rechecks, so never for ``after.*``."""
+    if floor is None:
+        return False
+    if name in SAID:
+        return (floor.values.get(SAID[name]) or 0) > 0
+    kind = next((k for k, label in LABELS.items() if label == name), "")
+    if kind:  # a kind's row over all its tiers: any tier of the floor's
+        _, key = KINDS[kind]
+        tiers = floor.residue.get(key, {}) if key else floor.action_sinks
+        return any((channel_value(floor, kind, t) or 0) > 0 for t in tiers)
+    kind, _, tier = name.partition(".")
+    return kind in KINDS and kind != "after" and (channel_value(floor, kind, tier) or 0) > 0
+
+
 def _leaked_out(state: StateAudit) -> bool:
     said = any((state.values.get(m) or 0) > 0 for m in SAID.values())
     return said or any(v > 0 for v in state.action_sinks.values())
@@ -95,11 +169,20 @@ class Channel:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(VERDICTS, 0))
     why_unknown: str = ""
     example: str = ""
+    #: sessions leaked or suppressed here where the floor (B5) held z in this channel too
+    floor_too: int = 0
 
-    def add(self, verdict: Verdict, why: str = "", example: str = "") -> None:
+    def add(self, verdict: Verdict, why: str = "", example: str = "", floor: bool = False) -> None:
         self.counts[verdict] += 1
         self.why_unknown = self.why_unknown or why
         self.example = self.example or example
+        self.floor_too += floor and verdict in ("leaked", "suppressed")
+
+    @property
+    def only_as_floor(self) -> bool:
+        """z here only in sessions where the floor had it too: not shown to be the forget's residue."""
+        held = self.counts["leaked"] + self.counts["suppressed"]
+        return held > 0 and self.floor_too == held
 
     @property
     def headline(self) -> Verdict:
@@ -111,63 +194,65 @@ class Channel:
         return "erased"
 
 
-def channels(states: Sequence[StateAudit]) -> list[Channel]:
-    """Every channel observed over these (one method's black-box) states, outputs first."""
+def channels(states: Sequence[StateAudit], floor: Mapping[str, StateAudit] | None = None) -> list[Channel]:
+    """Every channel observed over these (one method's black-box) states, outputs first; with ``floor``
+    (B5's states by session id), each channel also counts the sessions where the floor held z there too."""
     out: dict[str, Channel] = {}
 
-    def at(name: str) -> Channel:
-        return out.setdefault(name, Channel(name))
+    def add(s: StateAudit, name: str, verdict: Verdict, why: str = "", example: str = "") -> None:
+        """One session's verdict on one channel, asking the floor's state of the same session too."""
+        twin = (floor or {}).get(s.session_id)
+        out.setdefault(name, Channel(name)).add(verdict, why, example, floor=floor_holds(twin, name))
 
     tiers = {
         kind: sorted({t for s in states for t in (s.residue.get(key, {}) if key else s.action_sinks)})
         for kind, (_, key) in KINDS.items()
     }
+    shown = {t: PROMPT_NAMES.get(t, t) for t in tiers["prompt"]}  # serve log's tier -> the gate's name
     tiers["after"] = list(dict.fromkeys(t for s in states for t in s.residue.get("after", {})))  # run order
     for s in states:
         leaked = _leaked_out(s)
         for name, metric in SAID.items():
             value = s.values.get(metric)
             if value is None:
-                at(name).add("unknown", s.unmeasured.get(metric, "not measured"))
+                add(s, name, "unknown", s.unmeasured.get(metric, "not measured"))
             else:
-                at(name).add("leaked" if value > 0 else "erased")
+                add(s, name, "leaked" if value > 0 else "erased")
         for kind, (observed, _) in KINDS.items():
             label = LABELS[kind]
             if kind == "after":  # rows only for a run with rechecks; the label row: the worst event
                 verdicts = [(t, *_after(s, t, leaked)) for t in tiers[kind]]
                 for t, verdict, why, example in verdicts:
-                    at(f"after.{t}").add(verdict, why, example)
+                    add(s, f"after.{t}", verdict, why, example)
                 if verdicts:
                     rank = {v: i for i, v in enumerate(("leaked", "suppressed", "unknown", "erased"))}
                     _, verdict, why, example = min(verdicts, key=lambda v: rank[v[1]])
-                    at(label).add(verdict, why, example)
+                    add(s, label, verdict, why, example)
                 continue
             if s.values.get(observed) is None:
-                at(label).add("unknown", channel_unmeasured(s, kind))
+                add(s, label, "unknown", channel_unmeasured(s, kind))
                 continue
             example = str(s.residue.get(EXAMPLES[kind], "")) if EXAMPLES[kind] else ""
             held = [t for t in tiers[kind] if (channel_value(s, kind, t) or 0) > 0]
             state_verdict: Verdict = "leaked" if kind == "tool" or leaked else "suppressed"
-            at(label).add(state_verdict if held else "erased", example=example if held else "")
+            add(s, label, state_verdict if held else "erased", example=example if held else "")
             for t in tiers[kind]:
                 got = (channel_value(s, kind, t) or 0) > 0
                 mine = example if example.startswith(f"[{t}]") else ""  # the one quote is of one tier
-                at(f"{kind}.{t}").add(state_verdict if got else "erased", example=mine if got else "")
+                name = f"{kind}.{shown.get(t, t) if kind == 'prompt' else t}"
+                add(s, name, state_verdict if got else "erased", example=mine if got else "")
     return list(out.values())
 
 
-def channel_rows(states: Iterable[StateAudit]) -> list[list[str]]:
-    """Markdown-ready rows: channel, headline, sessions per verdict, one quoted place or why unknown."""
+def channel_rows(
+    states: Iterable[StateAudit], floor: Mapping[str, StateAudit] | None = None
+) -> list[list[str]]:
+    """Markdown-ready rows: channel, headline, sessions per verdict, the sessions where B5 held z there too
+    (with a floor), one quoted place or why unknown."""
     rows = []
-    for c in channels(list(states)):
+    for c in channels(list(states), floor):
         where = c.example or c.why_unknown
         where = (where[:117] + "...") if len(where) > 120 else where
-        rows.append(
-            [
-                c.name,
-                c.headline,
-                *(str(c.counts[v]) for v in VERDICTS),
-                where,
-            ]
-        )
+        too = [str(c.floor_too)] if floor is not None else []
+        rows.append([c.name, c.headline, *(str(c.counts[v]) for v in VERDICTS), *too, where])
     return rows

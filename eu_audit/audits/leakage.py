@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from eu_audit.matching import TargetMatcher
 from eu_audit.runtime.tools import load_toolset
@@ -21,6 +21,7 @@ from eu_audit.trace.blocks import BlockType
 from eu_audit.trace.session import SessionTrace
 
 SinkClass = Literal["routing", "selection", "free-text"]
+SINK_CLASSES: tuple[SinkClass, ...] = get_args(SinkClass)
 _SELECTION_ARGS = frozenset(
     {
         "provider",

@@ -7,6 +7,7 @@ metrics are columns, and each suite is a section of rows. The Markdown report ha
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
@@ -15,6 +16,9 @@ from eu_audit.audits.metric import TABLE_TITLES, Metric, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.errors import BadInput
 from eu_audit.stats import stars
+
+if TYPE_CHECKING:
+    from eu_audit.audits.channels import Channel
 
 CAPTION = "* p<0.05, ** p<0.01 vs the B5 floor (McNemar exact / Wilcoxon, paired)"
 
@@ -228,18 +232,34 @@ def _black_box_states(report: AuditReport) -> dict[str, list[StateAudit]]:
     }
 
 
+def _floor_states(report: AuditReport) -> dict[str, StateAudit] | None:
+    """B5's states by session id (the reference each channel is read against), None without a floor."""
+    if not report.floor:
+        return None
+    return {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
+
+
+def _as_floor(c: Channel) -> str:
+    if not c.floor_too:
+        return ""
+    return "; B5 too" + ("" if c.only_as_floor else f" in {c.floor_too}")
+
+
 def channel_lines(report: AuditReport) -> list[str]:
     """One line per black-box method: the channels where z still is after the forget (the headline
-    verdict over its sessions) and how many channels were observed clean (``eu_audit.audits.channels``)."""
+    verdict over its sessions, and in how many of them B5's state had z there too) and how many channels
+    were observed clean (``eu_audit.audits.channels``)."""
     from eu_audit.audits.channels import channels
 
     lines = []
+    floor = _floor_states(report)
     for method, states in _black_box_states(report).items():
-        got = channels(states)
+        got = channels(states, floor)
         bad = [c for c in got if c.headline != "erased"]
         clean = len(got) - len(bad)
         said = "; ".join(
-            f"{c.name} {c.headline} ({c.counts[c.headline]} of {sum(c.counts.values())} sessions)"
+            f"{c.name} {c.headline} ({c.counts[c.headline]} of {sum(c.counts.values())} sessions"
+            f"{_as_floor(c)})"
             for c in bad
         )
         lines.append(
@@ -255,15 +275,24 @@ def channel_table(report: AuditReport) -> list[str]:
     from eu_audit.audits.channels import channel_rows
 
     lines: list[str] = []
+    floor = _floor_states(report)
+    too = (
+        "; B5 too: of the leaked and suppressed, those where B5's state, which never saw the record, had z "
+        "there too (not shown to be the forget's residue)"
+        if floor is not None
+        else ""
+    )
     for method, states in _black_box_states(report).items():
         lines += [
             f"Where z is after {method}'s forget, per channel (sessions; leaked: in what it said or did; "
-            "suppressed: in a prompt or store while its outputs were clean; unknown: not observable):",
+            f"suppressed: in a prompt or store while its outputs were clean; unknown: not observable{too}):",
             "",
-            "| channel | verdict | leaked | suppressed | erased | unknown | where (quoted) or why unknown |",
-            "|---|---|---|---|---|---|---|",
+            "| channel | verdict | leaked | suppressed | erased | unknown |"
+            + (" B5 too |" if floor is not None else "")
+            + " where (quoted) or why unknown |",
+            "|---|---|---|---|---|---|" + ("---|" if floor is not None else "") + "---|",
         ]
-        for row in channel_rows(states):
+        for row in channel_rows(states, floor):
             quoted = row[-1].replace("|", "\\|")
             lines.append("| " + " | ".join([*row[:-1], f"`{quoted}`" if quoted else ""]) + " |")
         lines.append("")

@@ -46,6 +46,8 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             "store_tiers": first.store_tiers,
             "store_example": first.store_example,
         }
+        if first.stores:  # bundles recorded before the field have none: their store names are unknown
+            st.residue["stores"] = first.stores
         if len(trace.residues) > 1:
             held_at_once = bool(first.context_calls_with_z or first.store_items_with_z)
             st.residue["after"] = {r.after: recheck_summary(r, held_at_once) for r in trace.residues[1:]}

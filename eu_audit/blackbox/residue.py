@@ -27,6 +27,8 @@ TIERS = {
     "assistant": "history: the agent's own turns",
     "tool": "tool results",
 }
+EMBEDDING = "embedding input (a memory search)"
+RAW_PROMPT = "prompt"  # a completion prompt sent as one text
 
 
 def snippet(text: str, matcher: TargetMatcher, width: int = 90) -> str:
@@ -52,7 +54,7 @@ def _parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((TIERS.get(str(m.get("role")), str(m.get("role"))), str(content or "")))
         return out
     if entry.get("endpoint") == "/v1/embeddings":
-        return [("embedding input (a memory search)", t) for t in entry.get("input") or []]
+        return [(EMBEDDING, t) for t in entry.get("input") or []]
     if entry.get("segments"):  # a token-id prompt sent segment by segment: each opens with its role
         out = []
         for seg in entry["segments"]:
@@ -60,7 +62,7 @@ def _parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
             role = m.group(1) if m else "assistant"  # a turn's body carries no header: the agent's own
             out.append((TIERS.get(role, role), seg))
         return out
-    return [("prompt", str(entry.get("prompt_text") or entry.get("prompt") or ""))]
+    return [(RAW_PROMPT, str(entry.get("prompt_text") or entry.get("prompt") or ""))]
 
 
 def context_residue(
@@ -123,6 +125,9 @@ def store_residue(session_id: str, dump: StoreDump | None, matcher: TargetMatche
     if dump is None:
         return ResidueRecord(session_id=session_id)
     holding = [item for item in dump.items if matcher.found_in(item.text)]
+    every: dict[str, int] = {}
+    for item in dump.items:
+        every[item.store] = every.get(item.store, 0) + 1
     stores: dict[str, int] = {}
     for item in holding:
         stores[item.store] = stores.get(item.store, 0) + 1
@@ -133,4 +138,5 @@ def store_residue(session_id: str, dump: StoreDump | None, matcher: TargetMatche
         store_items_with_z=len(holding),
         store_tiers=stores,
         store_example=example,
+        stores=every,
     )
