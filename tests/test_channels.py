@@ -34,6 +34,8 @@ def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps
     assert "store.notes" not in got  # a store is named once it held z (the dump's other stores: "store dump")
     # no serve log: what reached the model is not observable, never counted clean
     assert got["prompts after the forget"]["unknown"] == 2
+    # the serving layer's cache is never seen through the contract (serve is a stand-in): unknown, not clean
+    assert got["serving cache"] == {"leaked": 0, "suppressed": 0, "erased": 0, "unknown": 2}
     assert any("store.archive suppressed (2 of 2 sessions)" in line for line in channel_lines(rep))
     table = "\n".join(channel_table(rep))
     assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 0 |" in table

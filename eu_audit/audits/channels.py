@@ -5,7 +5,8 @@ audit. A channel is something the audit observed of the agent:
 - what it *does*: the arguments of its tool calls, by sink class (``tool.routing``, ``tool.free-text``, ...);
 - what its model *reads*: each prompt tier of the model calls after the forget, from serve's log
   (``prompt.system``, ``prompt.user``, ``prompt.agent``, ``prompt.tool``, ``prompt.embedding``);
-- what it *keeps*: each store of its dump (``store.history``, ``store.memory``, ``store.checkpoints``, ...).
+- what it *keeps*: each store of its dump (``store.history``, ``store.memory``, ``store.checkpoints``, ...);
+- the serving layer's cache: always unknown here (``SERVING_CACHE``), never counted clean.
 
 Per session, a channel is **leaked** (z in what the agent said or did, or in a state channel of a session
 whose outputs leaked), **suppressed** (z in a prompt or store while nothing it said or did carried it: the
@@ -74,6 +75,13 @@ LABELS = {
     "after": "after the rechecks",
 }
 EXAMPLES = {"prompt": "context_example", "store": "store_example", "tool": "", "after": ""}
+#: the serving layer's prefix cache: never observable through the contract. The run's model server is
+#: eu-audit serve, a stand-in for the one the agent is deployed on, so its cache says nothing of the
+#: agent's; a served engine's cache is measured white-box (``eu-audit audit --serving``, a decoy prefix)
+SERVING_CACHE = "serving cache"
+SERVING_UNKNOWN = (
+    "not observable: the run's server is eu-audit serve, a stand-in (a deployed one: audit --serving)"
+)
 #: the output channels: what the agent said after the forget, by the metric that measures it
 SAID = {"answers to probes": "leak_probes", "sampled answers": "leak_any"}
 
@@ -241,6 +249,7 @@ def channels(states: Sequence[StateAudit], floor: Mapping[str, StateAudit] | Non
                 mine = example if example.startswith(f"[{t}]") else ""  # the one quote is of one tier
                 name = f"{kind}.{shown.get(t, t) if kind == 'prompt' else t}"
                 add(s, name, state_verdict if got else "erased", example=mine if got else "")
+        add(s, SERVING_CACHE, "unknown", SERVING_UNKNOWN)
     return list(out.values())
 
 
