@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.channels import channels
 from eu_audit.audits.model import FLOOR, AuditReport
@@ -22,12 +24,26 @@ def run(tmp_path: Path, agent: str) -> tuple[Path, AuditReport]:
     return out, audit(out, AuditOptions())
 
 
+@pytest.fixture(scope="module")
+def hiding(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, AuditReport]:
+    """One recorded run of the agent that hides z, shared by the module's tests (each takes a deep copy of
+    the audit, so none sees another's changes)."""
+    return run(tmp_path_factory.mktemp("hiding"), "hiding")
+
+
+def hidden(recorded: tuple[Path, AuditReport]) -> tuple[Path, AuditReport]:
+    bundle, rep = recorded
+    return bundle, rep.model_copy(deep=True)
+
+
 def by_name(rep: AuditReport) -> dict[str, dict[str, int]]:
     return {c.name: c.counts for c in channels([s for s in rep.states if s.method == "agent"])}
 
 
-def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps_it(tmp_path: Path) -> None:
-    _, rep = run(tmp_path, "hiding")
+def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps_it(
+    hiding: tuple[Path, AuditReport],
+) -> None:
+    _, rep = hidden(hiding)
     got = by_name(rep)
     assert got["answers to probes"]["erased"] == got["sampled answers"]["erased"] == 2
     assert got["store.archive"]["suppressed"] == got["store dump"]["suppressed"] == 2
@@ -47,8 +63,10 @@ def test_a_forget_that_deletes_nothing_leaks_in_its_answers_and_its_store(tmp_pa
     assert got["answers to probes"]["leaked"] == 2 and got["store.notes"]["leaked"] == 2
 
 
-def test_a_gate_can_name_one_channel_and_an_unobservable_one_fails_closed(tmp_path: Path) -> None:
-    bundle, rep = run(tmp_path, "hiding")
+def test_a_gate_can_name_one_channel_and_an_unobservable_one_fails_closed(
+    hiding: tuple[Path, AuditReport], tmp_path: Path
+) -> None:
+    bundle, rep = hidden(hiding)
     rules = ["agent.store.archive==0", "agent.store.notes==0", "agent.prompt.system==0"]
     got = {g.rule: (g.outcome, g.detail) for g in evaluate(rep, rules)}
     assert got["agent.store.archive==0"][0] == "failed" and "2 of 2" in got["agent.store.archive==0"][1]
@@ -62,8 +80,8 @@ def test_a_gate_can_name_one_channel_and_an_unobservable_one_fails_closed(tmp_pa
     assert bad.returncode == 2 and "compared as '<=floor'" in bad.stderr
 
 
-def test_a_misspelt_channel_never_passes(tmp_path: Path) -> None:
-    bundle, rep = run(tmp_path, "hiding")
+def test_a_misspelt_channel_never_passes(hiding: tuple[Path, AuditReport]) -> None:
+    bundle, rep = hidden(hiding)
     # prompt tiers and sink classes are a fixed vocabulary: refused before anything runs
     for rule, says in [
         ("agent.prompt.memory==0", "arrives in the system prompt: prompt.system"),
@@ -79,9 +97,9 @@ def test_a_misspelt_channel_never_passes(tmp_path: Path) -> None:
 
 
 def test_z_the_floor_also_holds_is_counted_beside_the_verdict_and_a_floor_gate_reads_it(
-    tmp_path: Path,
+    hiding: tuple[Path, AuditReport],
 ) -> None:
-    _, rep = run(tmp_path, "hiding")
+    _, rep = hidden(hiding)
     rule = "agent.store.archive<=floor"
     # B5 never held z in the archive: the agent's copy is the forget's residue
     got = {g.rule: g for g in evaluate(rep, [rule])}[rule]
