@@ -45,7 +45,10 @@ def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps
 ) -> None:
     _, rep = hidden(hiding)
     got = by_name(rep)
-    assert got["answers to probes"]["erased"] == got["sampled answers"]["erased"] == 2
+    assert got["answers to probes"]["erased"] == 2
+    # the samples after the forget are read by Leak@k, which needs serve to pin their seeds: unknown here
+    # (never any-leak, which counts the replies the agent gave before its forget too)
+    assert got["sampled answers"]["unknown"] == 2
     assert got["store.archive"]["suppressed"] == got["store dump"]["suppressed"] == 2
     assert "store.notes" not in got  # a store is named once it held z (the dump's other stores: "store dump")
     # no serve log: what reached the model is not observable, never counted clean

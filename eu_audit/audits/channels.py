@@ -83,7 +83,9 @@ SERVING_UNKNOWN = (
     "not observable: the run's server is eu-audit serve, a stand-in (a deployed one: audit --serving)"
 )
 #: the output channels: what the agent said after the forget, by the metric that measures it
-SAID = {"answers to probes": "leak_probes", "sampled answers": "leak_any"}
+#: (not any-leak: it counts derived artifacts from the target's turn on, the agent's replies before the
+#: forget included, which are state the agent holds, not something it said after the forget)
+SAID = {"answers to probes": "leak_probes", "sampled answers": "leak5"}
 
 
 def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
