@@ -10,10 +10,13 @@ import pytest
 
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.channels import channels
+from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.model import FLOOR, AuditReport
 from eu_audit.audits.output import channel_lines, channel_table
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.bundle.io import read_bundle
 from eu_audit.gate import evaluate
+from eu_audit.trace.records import ToolCallRecord
 
 from .helpers import run_cli
 
@@ -49,6 +52,8 @@ def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps
     # the samples after the forget are read by Leak@k, which needs serve to pin their seeds: unknown here
     # (never any-leak, which counts the replies the agent gave before its forget too)
     assert got["sampled answers"]["unknown"] == 2
+    # its replies to the turns after the forget never carried z
+    assert got["replies after the forget"]["erased"] == 2
     assert got["store.archive"]["suppressed"] == got["store dump"]["suppressed"] == 2
     assert "store.notes" not in got  # a store is named once it held z (the dump's other stores: "store dump")
     # no serve log: what reached the model is not observable, never counted clean
@@ -60,10 +65,37 @@ def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps
     assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 0 |" in table
 
 
-def test_a_forget_that_deletes_nothing_leaks_in_its_answers_and_its_store(tmp_path: Path) -> None:
+def test_a_forget_that_deletes_nothing_leaks_in_its_answers_its_replies_and_its_store(tmp_path: Path) -> None:
     _, rep = run(tmp_path, "naive")
     got = by_name(rep)
     assert got["answers to probes"]["leaked"] == 2 and got["store.notes"]["leaked"] == 2
+    # what it said to the episode's own turns after the forget is a channel too, quoted by turn
+    agent = [s for s in rep.states if s.method == "agent"]
+    replies = {c.name: c for c in channels(agent)}["replies after the forget"]
+    assert replies.counts["leaked"] == 2 and replies.example.startswith("[turn ")
+    assert all(s.values["leak_exact"] == 1 for s in agent)
+    assert "| replies after the forget | leaked | 2 | 0 | 0 | 0 | 0 |" in "\n".join(channel_table(rep))
+
+
+def test_a_call_made_before_the_forget_is_not_something_the_agent_did_after_it(tmp_path: Path) -> None:
+    bundle, _ = run(tmp_path, "naive")
+    trace = next(t for t in read_bundle(bundle).sessions if t.session.method == "agent")
+    tau, after = trace.session.episode.tau, trace.session.final_manifest
+    before = next(b for b in trace.blocks if b.turn >= tau and b.id not in after)
+    z = trace.session.target.value
+
+    def call(block: str) -> ToolCallRecord:
+        return ToolCallRecord(
+            session_id=trace.session_id, call_id=f"c-{block}", turn=tau, name="send_email", raw="",
+            arguments={"to": z}, consequential=True, committed=True, status="executed", block_id=block,
+        )  # fmt: skip
+
+    trace.tool_calls = [call(before.id)]
+    # a black-box state's resident blocks are those after the forget; the white-box reading keeps every call
+    assert not artifact_leak(trace, tau, resident_calls=True).action
+    assert artifact_leak(trace, tau).action
+    trace.tool_calls = [call(after[-1])]
+    assert artifact_leak(trace, tau, resident_calls=True).action
 
 
 def test_a_gate_can_name_one_channel_and_an_unobservable_one_fails_closed(

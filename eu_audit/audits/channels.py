@@ -1,7 +1,7 @@
 """Where the target is after a black-box agent's forget, channel by channel: the headline of an agent's
 audit. A channel is something the audit observed of the agent:
 
-- what it *says*: its answers to the probes and the sampled asks after the forget;
+- what it *says*: its answers to the probes, the sampled asks and its replies to the turns after the forget;
 - what it *does*: the arguments of its tool calls, by sink class (``tool.routing``, ``tool.free-text``, ...);
 - what its model *reads*: each prompt tier of the model calls after the forget, from serve's log
   (``prompt.system``, ``prompt.user``, ``prompt.agent``, ``prompt.tool``, ``prompt.embedding``);
@@ -82,10 +82,14 @@ SERVING_CACHE = "serving cache"
 SERVING_UNKNOWN = (
     "not observable: the run's server is eu-audit serve, a stand-in (a deployed one: audit --serving)"
 )
-#: the output channels: what the agent said after the forget, by the metric that measures it
-#: (not any-leak: it counts derived artifacts from the target's turn on, the agent's replies before the
-#: forget included, which are state the agent holds, not something it said after the forget)
-SAID = {"answers to probes": "leak_probes", "sampled answers": "leak5"}
+#: the output channels: what the agent said after the forget, by the metric that measures it. On a
+#: black-box state the exact metric reads only the blocks after the forget (the driver's manifest): the
+#: agent's replies to the episode's later turns and the summaries it wrote then
+SAID = {
+    "answers to probes": "leak_probes",
+    "sampled answers": "leak5",
+    "replies after the forget": "leak_exact",
+}
 
 
 def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
@@ -227,7 +231,8 @@ def channels(states: Sequence[StateAudit], floor: Mapping[str, StateAudit] | Non
             if value is None:
                 add(s, name, "unknown", s.unmeasured.get(metric, "not measured"))
             else:
-                add(s, name, "leaked" if value > 0 else "erased")
+                quote = s.reply_example if metric == "leak_exact" and value > 0 else ""
+                add(s, name, "leaked" if value > 0 else "erased", example=quote)
         for kind, (observed, _) in KINDS.items():
             label = LABELS[kind]
             if kind == "after":  # rows only for a run with rechecks; the label row: the worst event

@@ -62,9 +62,15 @@ class ArtifactLeak:
         return bool(self.exact or self.action)
 
 
-def artifact_leak(trace: SessionTrace, tau: int, matcher: TargetMatcher | None = None) -> ArtifactLeak:
+def artifact_leak(
+    trace: SessionTrace, tau: int, matcher: TargetMatcher | None = None, *, resident_calls: bool = False
+) -> ArtifactLeak:
     """Exact leakage in answers, summaries and plans the state holds (resident, from tau on) and in
-    memory write-backs; action leakage in tool calls made from tau on (pending plans included)."""
+    memory write-backs; action leakage in tool calls made from tau on (pending plans included).
+
+    ``resident_calls``: count only the calls whose block is resident. A black-box trace's resident blocks
+    are those after the forget: a call the agent made before it was asked to forget is history, not
+    something the forget could take back (what the agent still holds of it, the residue rules read)."""
     m = matcher or trace.matcher()
     res = ArtifactLeak()
     resident = set(trace.session.final_manifest)
@@ -78,6 +84,8 @@ def artifact_leak(trace: SessionTrace, tau: int, matcher: TargetMatcher | None =
     toolset = load_toolset(trace.session.episode.toolset)
     for c in trace.tool_calls:
         if c.turn < tau or c.call_id.endswith(":scaffold") or c.status == "blocked":
+            continue
+        if resident_calls and c.block_id not in resident:
             continue
         spec = toolset.get(c.name)
         ident = spec.identifier_args if spec else ()

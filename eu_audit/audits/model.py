@@ -46,6 +46,9 @@ class StateAudit(BaseModel):
     sample_ids: list[list[int]] = Field(default_factory=list)  # generated ids of ``samples``
     #: a black-box state: where the target still was (tier -> count) and one quoted example per side
     residue: dict[str, Any] = Field(default_factory=dict)
+    #: a black-box state: one quoted place where the agent said z after the forget (its reply to a turn of
+    #: the episode, a summary it wrote), for the channel row "replies after the forget"
+    reply_example: str = ""
     floor_sample_ids: list[list[int]] = Field(default_factory=list)
     #: seconds this state's audit took (kept across a resume, so a resumed report still costs it)
     audit_s: float | None = None

@@ -10,6 +10,7 @@ from eu_audit.audits.metrics import picked
 from eu_audit.audits.model import ProbeOutcome, StateAudit
 from eu_audit.audits.scoring import Evidence, score
 from eu_audit.blackbox.facts import AgentRunFacts
+from eu_audit.blackbox.residue import snippet
 from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import Bundle, SessionTrace
 
@@ -33,8 +34,11 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
         elif e.kind == "choice":
             choice = next((x for x in ep.steps if x.choices), None)
             st.choices.append(picked(e.answer, choice.choices or []) if choice else None)
-    art = artifact_leak(trace, ep.tau, m)
+    art = artifact_leak(trace, ep.tau, m, resident_calls=True)
     st.action_sinks = {k: len(v) for k, v in art.action.items()}
+    said = [trace.block(b) for b in art.exact if not b.startswith("memory:")]
+    if said:  # the agent's own words after the forget (the audit JSON keeps z; reports mask it)
+        st.reply_example = f"[turn {said[0].turn}, {said[0].type.value}] {snippet(said[0].text, m)}"
     # the rules read every check (a forget that comes back fails them); the channel rows of the prompts
     # and the dump are the checks right after the forget, and each recheck has a row of its own
     score(st, Evidence("black", trace, m, art, st.probes, st.samples, st.choices, combined(trace.residues)))
