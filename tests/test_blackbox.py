@@ -118,8 +118,8 @@ def test_an_agent_whose_forget_only_deletes_the_record_fails_and_the_audit_names
     assert "gate agent.residue_context==0: FAILED" in proc.stdout
     assert "gate agent.residue_store==0: FAILED" in proc.stdout
     # the memory record the session surfaced is still in every later prompt: the system-prompt tier
-    assert "z still reached the model in: system prompt (retrieved memory, summary)" in proc.stdout
-    assert "its store dump still holds z in: context" in proc.stdout
+    assert "z still reached the model in: prompt.system (" in proc.stdout
+    assert "its store dump still holds z in: store.context (" in proc.stdout
 
 
 class _Agent(BaseHTTPRequestHandler):

@@ -75,6 +75,11 @@ def test_a_forget_that_deletes_nothing_leaks_in_its_answers_its_replies_and_its_
     assert replies.counts["leaked"] == 2 and replies.example.startswith("[turn ")
     assert all(s.values["leak_exact"] == 1 for s in agent)
     assert "| replies after the forget | leaked | 2 | 0 | 0 | 0 | 0 |" in "\n".join(channel_table(rep))
+    # a reply that spans lines, fences code and pipes text stays one row of the table, one code span
+    for s in agent:
+        s.reply_example = "[turn 9, assistant] Here:\n```bash\nsort | uniq\n```"
+    row = next(line for line in channel_table(rep) if line.startswith("| replies after the forget |"))
+    assert row.endswith("`[turn 9, assistant] Here: '''bash sort \\| uniq '''` |"), row
 
 
 def test_a_call_made_before_the_forget_is_not_something_the_agent_did_after_it(tmp_path: Path) -> None:

@@ -267,7 +267,7 @@ def channel_rows(
     (with a floor), one quoted place or why unknown."""
     rows = []
     for c in channels(list(states), floor):
-        where = c.example or c.why_unknown
+        where = " ".join((c.example or c.why_unknown).split())  # a quoted reply may span lines: one row
         where = (where[:117] + "...") if len(where) > 120 else where
         too = [str(c.floor_too)] if floor is not None else []
         rows.append([c.name, c.headline, *(str(c.counts[v]) for v in VERDICTS), *too, where])

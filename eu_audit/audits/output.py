@@ -293,14 +293,17 @@ def channel_table(report: AuditReport) -> list[str]:
             "|---|---|---|---|---|---|" + ("---|" if floor is not None else "") + "---|",
         ]
         for row in channel_rows(states, floor):
-            quoted = row[-1].replace("|", "\\|")
+            quoted = row[-1].replace("|", "\\|").replace("`", "'")  # the cell is one code span
             lines.append("| " + " | ".join([*row[:-1], f"`{quoted}`" if quoted else ""]) + " |")
         lines.append("")
     return lines
 
 
 def residue_lines(report: AuditReport) -> list[str]:
-    """Where a black-box agent still held the target after its forget, in words, with one example."""
+    """Where a black-box agent still held the target after its forget, by the channels' gate names
+    (``prompt.user``, ``store.history``), with one example."""
+    from eu_audit.audits.channels import PROMPT_NAMES
+
     lines = []
     for method in row_order(report):
         states = [s for s in report.states if s.method == method and s.residue]
@@ -313,7 +316,8 @@ def residue_lines(report: AuditReport) -> list[str]:
                 store[k] = store.get(k, 0) + v
         if ctx:
             example = next(s.residue["context_example"] for s in states if s.residue.get("context_example"))
-            where = ", ".join(f"{k} ({v} calls)" for k, v in sorted(ctx.items(), key=lambda kv: -kv[1]))
+            ranked = sorted(ctx.items(), key=lambda kv: -kv[1])
+            where = ", ".join(f"prompt.{PROMPT_NAMES.get(k, k)} ({v} calls)" for k, v in ranked)
             key = next((s.residue.get("control_key") for s in states if s.residue.get("control_key")), "")
             marked = f" (requests marked post-forget under control key {key})" if key else ""
             lines.append(
@@ -321,7 +325,8 @@ def residue_lines(report: AuditReport) -> list[str]:
             )
         if store:
             example = next(s.residue["store_example"] for s in states if s.residue.get("store_example"))
-            where = ", ".join(f"{k} ({v} items)" for k, v in sorted(store.items(), key=lambda kv: -kv[1]))
+            kept = sorted(store.items(), key=lambda kv: -kv[1])
+            where = ", ".join(f"store.{k} ({v} items)" for k, v in kept)
             lines.append(f"{method}: its store dump still holds z in: {where}; e.g. {example!r}")
         lines += recheck_lines(method, states)
     return lines

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from eu_audit.audits.channels import PROMPT_NAMES
+
 
 def quote(text: str, width: int = 160) -> str:
     text = " ".join(text.split())
@@ -36,8 +38,10 @@ def main(folders: list[str]) -> None:
             sid = r["session_id"]
             f = forgets.get(sid, {})
             ctx = f"{r['context_calls_with_z']} of {r['context_calls']} model calls after the forget"
-            tiers = ", ".join(f"{k} {v}" for k, v in sorted(r["context_tiers"].items())) or "none"
-            stores = ", ".join(f"{k} {v}" for k, v in sorted(r["store_tiers"].items())) or "none"
+            # by the channels' gate names (prompt.user, store.history), as the reports' tables
+            held = sorted(r["context_tiers"].items())
+            tiers = ", ".join(f"prompt.{PROMPT_NAMES.get(k, k)} {v}" for k, v in held) or "none"
+            stores = ", ".join(f"store.{k} {v}" for k, v in sorted(r["store_tiers"].items())) or "none"
             print(f"- `{sid}`: forget answered *{f.get('detail', '?')}*; z reached {ctx} (tiers: {tiers});")
             print(f"  the dump holds z in {r['store_items_with_z']} of {r['store_items']} items ({stores}).")
             if r["context_example"]:
