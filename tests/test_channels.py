@@ -13,9 +13,12 @@ from eu_audit.audits.channels import channels
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.model import FLOOR, AuditReport
 from eu_audit.audits.output import channel_lines, channel_table
+from eu_audit.blackbox.contract import StoreDump
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.blackbox.residue import store_residue
 from eu_audit.bundle.io import read_bundle
 from eu_audit.gate import evaluate
+from eu_audit.matching import TargetMatcher
 from eu_audit.trace.records import ToolCallRecord
 
 from .helpers import run_cli
@@ -134,6 +137,14 @@ def test_a_misspelt_channel_never_passes(hiding: tuple[Path, AuditReport]) -> No
     got = {g.rule: g for g in evaluate(rep, ["agent.store.archve==0"])}["agent.store.archve==0"]
     assert got.outcome == "failed" and "no dump of this run had a store 'archve' (its stores: " in got.detail
     assert "archive" in got.detail
+    # an empty dump lists no store (not "unknown"): a gate naming one still fails closed
+    m = TargetMatcher.of("DE89 3704 0044 0532 0130 00")
+    assert store_residue("s", StoreDump(items=[]), m).stores == {}
+    assert store_residue("s", None, m).stores is None  # no dump: which stores it has is unknown
+    for s in rep.states:
+        s.residue.update(stores={}, store_tiers={})
+    got = {g.rule: g for g in evaluate(rep, ["agent.store.archive==0"])}["agent.store.archive==0"]
+    assert got.outcome == "failed" and "(its stores: none)" in got.detail
 
 
 def test_z_the_floor_also_holds_is_counted_beside_the_verdict_and_a_floor_gate_reads_it(

@@ -50,7 +50,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             "store_tiers": first.store_tiers,
             "store_example": first.store_example,
         }
-        if first.stores:  # bundles recorded before the field have none: their store names are unknown
+        if first.stores is not None:  # None: no dump, or a bundle from before the field (names unknown)
             st.residue["stores"] = first.stores
         if len(trace.residues) > 1:
             held_at_once = bool(first.context_calls_with_z or first.store_items_with_z)

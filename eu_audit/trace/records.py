@@ -234,8 +234,9 @@ class ResidueRecord(_Record):
     store_items_with_z: int | None = None
     store_tiers: dict[str, int] = Field(default_factory=dict)  # store name -> items holding z
     store_example: str = ""
-    #: every store the dump held, name -> items (so a gate naming a store the agent lacks fails closed)
-    stores: dict[str, int] = Field(default_factory=dict)
+    #: every store the dump held, name -> items (so a gate naming a store the agent lacks fails closed);
+    #: {} for an empty dump, None where unknown (no dump, or a bundle recorded before the field)
+    stores: dict[str, int] | None = None
     serve_log_digest: str = ""  # sha256 of the serve log when these were read
     #: "" right after the forget; else the recheck event this record was taken after (``restart``,
     #: ``compact``, ``turns-N``: ``eu_audit.blackbox.recheck``), in the order the events ran
