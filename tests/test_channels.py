@@ -130,6 +130,10 @@ def test_a_misspelt_channel_never_passes(hiding: tuple[Path, AuditReport]) -> No
         ("agent.prompt.memory==0", "arrives in the system prompt: prompt.system"),
         ("agent.prompt.histroy==0", "the prompt tiers are system, history"),
         ("agent.tool.payload==0", "they are routing, selection, free-text"),
+        (
+            "agent.after.restrat==0",
+            "'after.restrat' is no recheck event (the events are compact, reindex, restart, turns-N)",
+        ),
     ]:
         proc = run_cli("audit", str(bundle), "--gate", rule)
         assert proc.returncode == 2 and says in proc.stderr, (rule, proc.stderr)

@@ -37,6 +37,7 @@ from typing import Literal
 from eu_audit.audits.leakage import SINK_CLASSES
 from eu_audit.audits.model import StateAudit
 from eu_audit.blackbox.residue import EMBEDDING, RAW_PROMPT, TIERS
+from eu_audit.errors import BadInput
 
 Verdict = Literal["leaked", "suppressed", "erased", "unknown"]
 VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "unknown")  # the table's column order
@@ -124,13 +125,22 @@ def unknown_store(states: Iterable[StateAudit], tier: str) -> str:
 
 def check_tier(kind: str, tier: str) -> str:
     """Why a gate's ``kind.tier`` names no channel ("" when it may): prompt tiers and sink classes are a
-    fixed vocabulary; a store is the agent's name for it (checked on the dump); a recheck event is checked
-    on the run."""
+    fixed vocabulary; a store is the agent's name for it (checked on the dump); a recheck event is one
+    ``record --recheck`` knows (whether it ran is checked on the run: one that did not fails closed)."""
     if kind == "prompt" and tier not in PROMPT_TIERS:
         instead = NOT_A_TIER.get(tier, f"the prompt tiers are {', '.join(PROMPT_TIERS)}")
         return f"'prompt.{tier}' is no prompt tier ({instead})"
     if kind == "tool" and tier not in SINK_CLASSES:
         return f"'tool.{tier}' is no sink class (they are {', '.join(SINK_CLASSES)})"
+    if kind == "after":  # a recheck event's name (whether the run had it is asked of the run)
+        from eu_audit.blackbox.recheck import RECHECKS, recheck
+
+        try:
+            recheck(tier)
+        except BadInput as exc:
+            known = f"the events are {', '.join([*RECHECKS.names(), 'turns-N'])}"
+            why = known if "unknown event" in str(exc) else str(exc).split(": ", 1)[-1]
+            return f"'after.{tier}' is no recheck event ({why})"
     return ""
 
 
