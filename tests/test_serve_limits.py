@@ -422,6 +422,13 @@ def test_a_required_call_names_one_of_the_offered_functions_whatever_the_model_b
     last = entries(log)[-1]
     assert last["tool_choice"] == "required"
     assert last["named_call"]["named"] == calls[0]["function"]["name"]
+    # a prompt the server never saw reuses nothing, though its naming pass left its prefix in the cache
+    # for the arguments' pass: usage counts what the request found, not what it prefilled itself
+    fresh = [{"role": "system", "content": "Tools first. " * 12 + url}, *HI]
+    status, got = call(url, "/v1/chat/completions", {**body, "messages": fresh})
+    assert status == 200 and got["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, got["usage"]
+    status, again = call(url, "/v1/chat/completions", {**body, "messages": fresh})
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # the same prompt again: its prefix
 
 
 @pytest.mark.parametrize(

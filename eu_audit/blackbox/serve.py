@@ -412,6 +412,8 @@ class Call:
     guard: bool = True  # stop a loop no agent asked for (``runaway``)
     looped: bool = False
     lane: Lane | None = None  # where the call arrived (its mark and pinned decoding)
+    #: prompt tokens the request's first pass found cached, where it makes two (a forced call's naming)
+    cached_before: int | None = None
 
     @property
     def lane_name(self) -> str:
@@ -459,10 +461,13 @@ def name_the_call(
         # cancellation only: the repetition guard is for the answer, and would stay tripped for it
         return call.cancelled() or not still_naming(began, names)
 
-    ids, _, _, _ = b.generate(opened, budget, sampling, named_or_astray, call.deadline, call.lane_name)
+    ids, cached, _, _ = b.generate(opened, budget, sampling, named_or_astray, call.deadline, call.lane_name)
     began = str(tokenizer.decode(ids, skip_special_tokens=True)).split('"')[0]
     name = offered_name(began, names)
+    # the request's first pass over its prompt: what it reused from before is counted here (the arguments'
+    # pass then finds this pass's prefix in the cache, which the request itself prefilled)
     call.log["named_call"] = {"began": began[:MAX_FUNCTION_NAME], "named": name}
+    call.cached_before = cached
     return name
 
 
@@ -722,6 +727,8 @@ class Routes:
         text, calls = (b.text_of(body), []) if as_json else split_reply(b.text_of(body))
         shown = "length" if finish == "repetition" else finish
         b.generations.remember(text, calls, body)
+        if call.cached_before is not None:  # cached from before the request, not from its naming pass
+            cached = min(cached, call.cached_before)
         usage = _usage(prompt_n, cached, len(ids))
         call.log.update(reply=text, tool_calls=calls, usage=usage, finish=finish)
         message = {"role": "assistant", "content": text or None, "tool_calls": calls or None}
