@@ -53,7 +53,7 @@ def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps
     got = by_name(rep)
     assert got["answers to probes"]["erased"] == 2
     # the samples after the forget are read by Leak@k, which needs serve to pin their seeds: unknown here
-    # (never any-leak, which counts the replies the agent gave before its forget too)
+    # (the replies to the episode's own turns after the forget are a row of their own, below)
     assert got["sampled answers"]["unknown"] == 2
     # its replies to the turns after the forget never carried z
     assert got["replies after the forget"]["erased"] == 2
