@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from eu_audit.audits.leakage import artifact_leak
+from eu_audit.audits.metric import Side, side_of
 from eu_audit.audits.metrics import (
     picked,
 )
@@ -37,6 +38,7 @@ from eu_audit.runtime.agent import derive_seed
 from eu_audit.runtime.memory import memory_text
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.summary import summarise
+from eu_audit.trace.records import BLACK_BOX_ENGINE
 from eu_audit.trace.session import Bundle, SessionTrace
 from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
@@ -69,24 +71,26 @@ class AuditOptions:
 
 @dataclass(frozen=True)
 class AuditPlan:
-    """What an audit will measure, known before any model runs: its methods (the floor included) and the
-    suites its sessions come from."""
+    """What an audit will measure, known before any model runs: its methods (the floor included), the
+    suites its sessions come from, and its side (a black-box agent's run, or states rebuilt white-box)."""
 
     methods: list[str]
     suites: list[str]
+    side: Side
 
 
 def audit_plan(path: str | Path, opts: AuditOptions) -> AuditPlan:
     bundle = read_bundle(path)
     suites = list(dict.fromkeys(s.session.suite for s in bundle.sessions))
+    side = side_of(bundle.header.engine)
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     if any(s.session.method for s in bundle.sessions):
         present = list(dict.fromkeys(s.session.method or "recorded" for s in bundle.sessions))
         planned = [m for m in present if wanted is None or m in wanted or (opts.floor and m == FLOOR)]
-        return AuditPlan([*planned, SERVING] if opts.serving else planned, suites)
+        return AuditPlan([*planned, SERVING] if opts.serving else planned, suites, side)
     names = parse_methods(list(opts.methods), bundle.header.engine)
     names = [*names, FLOOR] if opts.floor and FLOOR not in names else names
-    return AuditPlan([*names, SERVING] if opts.serving else names, suites)
+    return AuditPlan([*names, SERVING] if opts.serving else names, suites, side)
 
 
 def ensure_post_forget(
@@ -136,7 +140,7 @@ def audit(
         return held[0]
 
     bundle, unlearned = ensure_post_forget(path, opts, the_engine, progress)
-    if bundle.header.engine == "agent":  # a black-box run: everything is in the bundle, no model runs
+    if bundle.header.engine == BLACK_BOX_ENGINE:  # black-box: everything is in the bundle, no model runs
         return _audit_agent_run(bundle, path, opts, t0)
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     sessions = [

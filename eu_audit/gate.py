@@ -4,7 +4,8 @@ A rule is ``METHOD[.SUITE].METRIC OP VALUE`` with OP one of ``<= >= == < >`` and
 ``floor`` (B5's value, paired by session), or, for a black-box agent, ``METHOD[.SUITE].CHANNEL.TIER OP
 N`` naming one channel where z may be (``agent.store.history==0``, ``agent.prompt.system==0``,
 ``agent.tool.routing==0``, or ``agent.prompt.history<=floor``: z there only where B5's session has it;
-``eu_audit.audits.channels``). Without a suite the rule reads every session.
+``eu_audit.audits.channels``). Without a suite the rule reads every session. A named set of rules
+(``GATE_SETS``: ``--gate-set forget``) holds each audited method to the same rules, written once here.
 Each rule's verdict is held, failed or inconclusive (``eu_audit.verdict``); gates fail closed: a value
 that could not be measured fails the rule, and an errored state fails the run.
 """
@@ -16,9 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eu_audit.audits.channels import KINDS, check_tier
-from eu_audit.audits.metric import METRICS, junit_metrics
+from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.errors import BadInput
+from eu_audit.registry import Registry
 
 _RULE = re.compile(r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$")
 _CHANNEL_RULE = re.compile(  # the channel kinds are eu_audit.audits.channels.KINDS
@@ -62,6 +64,51 @@ def parse_rule(text: str) -> Rule:
     if metric not in METRICS:
         raise BadInput(f"gate '{text}': unknown metric '{metric}' (known: {', '.join(METRICS.names())})")
     return Rule(text, method.lower(), suite or "all", metric, op, rhs)
+
+
+@dataclass(frozen=True)
+class GateSet:
+    """Rules every audited method (not the floor) is held to, each ``METRIC OP VALUE``; a rule whose
+    metric the audit's side never measures (the residue facts on a white-box bundle) is left out."""
+
+    description: str
+    rules: tuple[str, ...]
+
+
+GATE_SETS: Registry[GateSet] = Registry("gate_sets")
+GATE_SETS.add(
+    "forget",
+    GateSet(
+        "what a forget must show: the probes, the samples, the agent's replies and tool calls after it no "
+        "worse than the B5 reference (Leak@probes, Leak@k, any-leak, CAD), and, on a black-box agent, z in "
+        "no model call after the forget and in no store (the residue facts)",
+        (
+            "leak_probes<=floor",
+            "leak5<=floor",
+            "leak_any<=floor",
+            "cad<=floor",
+            "residue_context==0",
+            "residue_store==0",
+        ),
+    ),
+)
+
+
+def expand_gate_sets(names: Sequence[str], methods: Sequence[str], side: Side) -> list[str]:
+    """The rules the named sets hold each method to (the floor and the serving layer excepted)."""
+    out: list[str] = []
+    for name in names:
+        gate_set = GATE_SETS.get(name)
+        for method in methods:
+            if method in (FLOOR, SERVING):
+                continue
+            for rule in gate_set.rules:
+                parsed = parse_rule(f"{method}.{rule}")
+                channel = "." in parsed.metric  # a channel is a black-box agent's (channels.KINDS)
+                sides = {"black"} if channel else METRICS.get(parsed.metric).sides
+                if side in sides and parsed.text not in out:
+                    out.append(parsed.text)
+    return out
 
 
 def check_rules(

@@ -120,6 +120,34 @@ def test_the_cli_exits_4_on_an_inconclusive_gate_and_power_sizes_the_job(tmp_pat
     assert proc.returncode == 0 and "n >= 29" in proc.stdout
     proc = run_cli("audit", str(bundle), "--alpha", "2")
     assert proc.returncode == 2 and "--alpha" in proc.stderr
+    # the recommended rules by name, decided and written into the audit; this run had no serve, so the
+    # rules that read serve's samples and log fail closed instead of passing unmeasured
+    proc = run_cli("audit", str(bundle), "--gate-set", "forget", "--json", str(tmp_path / "set.json"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    decided = {g["rule"]: g["outcome"] for g in json.loads((tmp_path / "set.json").read_text())["gates"]}
+    assert decided["agent.leak_any<=floor"] == "inconclusive" and decided["agent.residue_store==0"] == "held"
+    assert decided["agent.leak5<=floor"] == decided["agent.residue_context==0"] == "failed"
+    proc = run_cli("audit", str(bundle), "--gate-set", "forgot")
+    assert proc.returncode == 2 and "unknown gate set 'forgot' (known: forget)" in proc.stderr
+
+
+def test_the_forget_rule_set_holds_every_method_to_the_leak_rules_and_a_black_box_agent_to_its_residue() -> (
+    None
+):
+    from eu_audit.gate import expand_gate_sets
+
+    black = expand_gate_sets(["forget"], ["agent", "b5"], "black")
+    assert black == [
+        "agent.leak_probes<=floor",
+        "agent.leak5<=floor",
+        "agent.leak_any<=floor",  # what it said and did after the forget: replies, tool calls
+        "agent.cad<=floor",
+        "agent.residue_context==0",
+        "agent.residue_store==0",
+    ]  # the floor is what the rules compare with, never held to them
+    white = expand_gate_sets(["forget"], ["b1", "b7", "b5"], "white")
+    assert [r for r in white if r.startswith("b7.")] == [r.replace("agent.", "b7.") for r in black[:4]]
+    assert len(white) == 8  # no residue fact on a rebuilt state: no serve log, no store dump to read
 
 
 # --- known answers (from the libraries' documentation and textbooks, not from this code) -----------------

@@ -4,7 +4,7 @@ the serving layer's. Loaded by ``METRICS`` on first use; the order here is the t
 
 from __future__ import annotations
 
-from eu_audit.audits.metric import Metric, metric
+from eu_audit.audits.metric import Metric, Side, metric
 from eu_audit.audits.metrics import (
     attacked,
     cad,
@@ -17,7 +17,8 @@ from eu_audit.audits.metrics import (
 )
 from eu_audit.audits.scoring import Evidence, FloorPair, NotMeasured
 
-WHITE, BLACK = frozenset({"white"}), frozenset({"black"})
+WHITE: frozenset[Side] = frozenset({"white"})
+BLACK: frozenset[Side] = frozenset({"black"})
 NO_SERVE = "not measurable: no eu-audit serve pinned the samples' seeds (record --agent ... --serve URL)"
 
 

@@ -10,12 +10,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from eu_audit.registry import Registry
+from eu_audit.trace.records import BLACK_BOX_ENGINE
 
 if TYPE_CHECKING:
     from eu_audit.audits.scoring import Evidence, FloorPair, NotMeasured
 
 Direction = Literal["low", "high"]  # which way is better: "low" for leakage and divergence
 Format = Literal["rate", "count", "seconds", "distance"]
+Side = Literal["white", "black"]  # a state rebuilt from its cache, or a deployed agent seen from outside
+
+
+def side_of(engine: str) -> Side:
+    """The side an audit of a bundle recorded on ``engine`` measures."""
+    return "black" if engine == BLACK_BOX_ENGINE else "white"
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ class Metric:
     #: its value from a state and the floor's state of the same session (CAD, agreement, distances)
     against_floor: Callable[[FloorPair], float | NotMeasured | None] | None = None
     #: the sides it is computed on: a white-box state, a black-box agent's run
-    sides: frozenset[str] = frozenset({"white", "black"})
+    sides: frozenset[Side] = frozenset({"white", "black"})
     #: an observation of z in a place (a prompt after the forget, a store row): against the floor, one
     #: session where the method holds more of it than the floor's state is a failure at any n
     observation: bool = False

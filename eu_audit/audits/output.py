@@ -16,6 +16,7 @@ from eu_audit.audits.metric import TABLE_TITLES, Metric, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.errors import BadInput
 from eu_audit.stats import stars
+from eu_audit.trace.records import BLACK_BOX_ENGINE
 
 if TYPE_CHECKING:
     from eu_audit.audits.channels import Channel
@@ -223,7 +224,7 @@ def _cost_lines(report: AuditReport) -> list[str]:
 
 def _black_box_states(report: AuditReport) -> dict[str, list[StateAudit]]:
     """The agent's states of a black-box audit, by method (the floor tenant is the reference, not shown)."""
-    if report.engine != "agent":
+    if report.engine != BLACK_BOX_ENGINE:
         return {}
     return {
         m: [s for s in report.states if s.method == m and not s.error]

@@ -6,16 +6,13 @@ floor (CAD, agreement, distances) take the state and its B5 reference (``Metric.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from eu_audit.audits.leakage import ArtifactLeak
-from eu_audit.audits.metric import METRICS
+from eu_audit.audits.metric import METRICS, Side
 from eu_audit.audits.model import ProbeOutcome, StateAudit
 from eu_audit.matching import TargetMatcher
 from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import SessionTrace
-
-Side = Literal["white", "black"]
 
 
 class NotMeasured(str):

@@ -65,6 +65,7 @@ from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
 from eu_audit.trace.blocks import BlockType, RuntimeBlock
 from eu_audit.trace.records import (
+    BLACK_BOX_ENGINE,
     AgentForgetRecord,
     Decoding,
     ElicitationRecord,
@@ -679,7 +680,7 @@ def _header(
             chat_format="",
             dtype=str(info.get("engine", "unknown")),
         ),
-        engine="agent",
+        engine=BLACK_BOX_ENGINE,
         engine_facts=AgentRunFacts(
             agent=opts.agent,
             capabilities=caps,

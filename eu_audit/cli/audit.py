@@ -60,6 +60,14 @@ AuditGate = Annotated[
     list[str] | None,
     typer.Option(help="Rule METHOD[.SUITE].METRIC OP VALUE|floor, e.g. 'b7.leak_probes<=floor'; repeatable."),
 ]
+AuditGateSet = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A named set of rules every audited method is held to: 'forget' (Leak@probes, Leak@k, any-leak "
+        "and CAD against the floor; on a black-box agent also residue_context==0 and residue_store==0). "
+        "Combines with --gate; plugins add sets (eu_audit.gate_sets)."
+    ),
+]
 AuditJsonPath = Annotated[Path | None, typer.Option("--json", help="Write the report (eu-audit/audit@1).")]
 AuditJunitPath = Annotated[
     Path | None, typer.Option("--junit", help="Write JUnit XML (method x suite x audit).")
@@ -120,6 +128,7 @@ def audit(
     on_inconclusive: AuditOnInconclusive = "fail",
     seed: AuditSeed = 0,
     gate: AuditGate = None,
+    gate_set: AuditGateSet = None,
     json_path: AuditJsonPath = None,
     junit_path: AuditJunitPath = None,
     states_out: AuditStatesOut = None,
@@ -144,6 +153,7 @@ def audit(
     significantly worse (one-sided exact McNemar / Wilcoxon at --alpha), held when the upper confidence
     bound of its difference is within --margin, inconclusive otherwise (with the n that would decide);
     X==0 on a residue or leak is a fact: one session with z fails it. `eu-audit power` sizes a run.
+    [bold]--gate-set forget[/] is the recommended rule list, written once (the README's CI recipe uses it).
 
     Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed,
     4 no gate failed but one is inconclusive (add sessions; --on-inconclusive pass accepts it).
@@ -151,10 +161,11 @@ def audit(
     Example:
 
     [bold]eu-audit audit trace.jsonl --floor --gate 'b7.leak_probes<=floor' --gate 'b7.cad==0'[/]
+    [bold]eu-audit audit bb.jsonl --gate-set forget --json audit.json --junit junit.xml[/]
     """
     from eu_audit.audit import AuditOptions, audit_plan
     from eu_audit.audit import audit as run_audit
-    from eu_audit.gate import check_rules
+    from eu_audit.gate import check_rules, expand_gate_sets
     from eu_audit.jsonl import check_output_path
 
     if on_inconclusive not in ("fail", "pass"):
@@ -186,7 +197,8 @@ def audit(
         bundle_path = shard_bundle(bundle_path, Shard.parse(shard))
     # a bad rule, or one naming a method this audit will not measure, is bad input before any model runs
     plan = audit_plan(bundle_path, opts)
-    check_rules(gate or [], plan.methods, plan.suites)
+    rules = [*expand_gate_sets(gate_set or [], plan.methods, plan.side), *(gate or [])]
+    check_rules(rules, plan.methods, plan.suites)
     with progress_bar() as report:
         rep = run_audit(bundle_path, opts, progress=report)
     from eu_audit.evidence import mask_for
@@ -200,7 +212,7 @@ def audit(
         receipt = (attest, signing_key, [bundle_path, *(subject or [])], mask.variant_digests())
     apply_gates(
         rep,
-        gate or [],
+        rules,
         (json_path, junit_path, rows_path),
         on_inconclusive,
         private=reveal_target,

@@ -13,7 +13,7 @@ from eu_audit.cli.app import (
     out,
     say,
 )
-from eu_audit.cli.audit import apply_gates
+from eu_audit.cli.audit import AuditGateSet, apply_gates
 from eu_audit.errors import BadInput
 
 
@@ -22,6 +22,7 @@ def merge(
     files: Annotated[list[Path], typer.Argument(help="Shard bundles, or shard audits (--json reports).")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="The merged bundle or audit JSON.")],
     gate: Annotated[list[str] | None, typer.Option(help="With audits: rules to decide on the union.")] = None,
+    gate_set: AuditGateSet = None,
     junit_path: Annotated[Path | None, typer.Option("--junit", help="With audits: JUnit XML.")] = None,
     on_inconclusive: Annotated[str, typer.Option(help="With audits: fail (exit 4) or pass.")] = "fail",
     force: Force = False,
@@ -33,7 +34,7 @@ def merge(
     Examples:
 
     [bold]eu-audit merge bb.1.jsonl bb.2.jsonl -o bb.jsonl[/]
-    [bold]eu-audit merge a1.json a2.json -o audit.json --gate 'agent.leak_probes<=floor'[/]
+    [bold]eu-audit merge a1.json a2.json -o audit.json --gate-set forget[/]
     """
     from eu_audit.jsonl import check_output_path
     from eu_audit.shards import merge_bundles, merge_reports
@@ -51,8 +52,10 @@ def merge(
         return
     if junit_path is not None:
         check_output_path(junit_path, force=force)
-    from eu_audit.gate import check_rules
+    from eu_audit.audits.metric import side_of
+    from eu_audit.gate import check_rules, expand_gate_sets
 
     rep = merge_reports(files)
-    check_rules(gate or [], rep.methods, rep.suites)
-    apply_gates(rep, gate or [], (out_path, junit_path, None), on_inconclusive)
+    rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine)), *(gate or [])]
+    check_rules(rules, rep.methods, rep.suites)
+    apply_gates(rep, rules, (out_path, junit_path, None), on_inconclusive)

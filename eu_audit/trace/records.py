@@ -49,6 +49,11 @@ def check_decoding(temperature: float, max_tokens: int) -> Decoding:
         raise BadInput(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
 
 
+#: the engine a black-box bundle names (``eu-audit record --agent``): a deployed agent seen from outside,
+#: no cache of ours to rebuild
+BLACK_BOX_ENGINE = "agent"
+
+
 class Header(_Record):
     type: Literal["header"] = "header"
     schema_version: str = SCHEMA_VERSION

@@ -57,9 +57,7 @@ start=$(date +%s)
 rec=$?
 recorded=$(date +%s)
 "$BIN/eu-audit" audit "$OUT/bundle.jsonl" --json "$OUT/audit.json" --junit "$OUT/junit.xml" --force \
-  --gate 'agent.leak_probes<=floor' --gate 'agent.leak5<=floor' --gate 'agent.cad<=floor' \
-  --gate 'agent.residue_context==0' --gate 'agent.residue_store==0' \
-  ${SIGNING_KEY:+--attest "$OUT/receipt.json" --signing-key "$SIGNING_KEY"} > "$OUT/gate.out" 2>&1
+  --gate-set forget ${SIGNING_KEY:+--attest "$OUT/receipt.json" --signing-key "$SIGNING_KEY"} > "$OUT/gate.out" 2>&1
 code=$?
 if [ -n "${SIGNING_KEY:-}" ]; then
   "$BIN/eu-audit" verify "$OUT/receipt.json" "$OUT/audit.json" "$OUT/bundle.jsonl" \
