@@ -158,6 +158,52 @@ def test_a_lanes_prompt_families_each_keep_their_prefix_and_the_answers_do_not_c
         backend.close()
 
 
+def test_a_system_prompt_that_changes_only_at_its_end_keeps_its_leading_pieces_cached(
+    tiny: LoadedModel,
+) -> None:
+    """Letta ends its system prompt with the time its memory was last modified, so every call's first
+    message differs at its end: as a whole message nothing of it is reused, and each call opens a new
+    cache. With ``--piece-tokens`` the message is prefilled in fixed-offset pieces, the unchanged leading
+    pieces stay cached, and the answer is the one a fresh cache with the same pieces gives."""
+    import json
+    import threading
+    import time
+
+    from eu_audit.blackbox.serve import Backend, Call, RequestLog, Routes, create_app
+    from eu_audit.blackbox.serve_api import Limits
+    from eu_audit.engines.hf import HFEngine
+
+    backends: list[Backend] = []
+
+    def routes(piece: int) -> Routes:
+        backends.append(Backend(engine=HFEngine(tiny), model_name="tiny"))
+        limits = Limits(lane_caches=4, piece_tokens=piece)
+        return create_app(backends[-1], RequestLog(None), limits=limits).state.routes
+
+    def chat(r: Routes, messages: list[dict[str, str]]) -> dict[str, Any]:
+        call = Call(deadline=time.monotonic() + 60, stopping=threading.Event(), lane=r.lane("d" * 32))
+        return r._chat(json.dumps({"model": "m", "max_tokens": 4, "messages": messages}).encode(), call)
+
+    def system(minute: int) -> dict[str, str]:
+        fixed = "You are a memory-augmented assistant. Keep every answer short. " * 6
+        return {"role": "system", "content": fixed + f"Memory last modified at 16:{minute:02d}."}
+
+    ask = {"role": "user", "content": "hello"}
+    for piece in (0, 16):
+        r = routes(piece)
+        chat(r, [system(1), ask])
+        second = chat(r, [system(2), ask, {"role": "user", "content": "and you?"}])
+        cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert (cached == 0) if piece == 0 else (cached >= 48), (piece, cached)
+        fresh = routes(piece)
+        assert (
+            chat(fresh, [system(2), ask, {"role": "user", "content": "and you?"}])["choices"]
+            == second["choices"]
+        )
+    for backend in backends:
+        backend.close()
+
+
 def test_serve_computes_on_one_thread_whichever_request_thread_asks(
     tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:

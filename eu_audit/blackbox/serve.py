@@ -212,6 +212,7 @@ class Backend:
     requests: int = 0
     busy: bool = False
     max_caches: int = 8  # KV caches kept, one per recently used lane and opening (Limits.lane_caches)
+    piece: int = 0  # tokens per prefill piece of a message; 0: whole messages (Limits.piece_tokens)
     worker: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="model")
     )
@@ -292,9 +293,12 @@ class Backend:
 
     def _fit(self, segs: list[list[int]]) -> list[list[int]]:
         """A message longer than one forward pass (an agent's long system prompt) is cut into pieces of
-        the engine's micro-batch, at fixed offsets: still a function of the token ids alone, so the same
-        request always meets the same schedule."""
-        limit = self.engine.max_segment if self.engine is not None else None
+        the engine's micro-batch, or of ``piece`` tokens where that is set, at fixed offsets: still a
+        function of the token ids alone, so the same request always meets the same schedule. With pieces,
+        a first message that changes only at its end (Letta's system prompt ends with the time its
+        memory was last modified) keeps its leading pieces, and the cache they open, from call to call."""
+        engine_limit = self.engine.max_segment if self.engine is not None else None
+        limit = min(x for x in (engine_limit, self.piece) if x) if engine_limit or self.piece else None
         if not limit:
             return segs
         return [s[i : i + limit] for s in segs for i in range(0, max(len(s), 1), limit)]
@@ -848,6 +852,7 @@ def create_app(
     app = FastAPI(title="eu-audit serve", version=__version__)
     limits = limits or Limits()
     backend.max_caches = limits.lane_caches
+    backend.piece = limits.piece_tokens
     r = Routes(backend, log, decoding or Decoding(), secret or new_secret(), limits)
     app.state.routes, app.state.secret = r, r.secret
 

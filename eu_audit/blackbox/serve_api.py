@@ -77,6 +77,9 @@ class Limits:
     request_timeout_s: float = 300.0  # wall time per request, the wait for the engine included
     repetition_guard: bool = True  # stop decoding that loops on one short pattern (logged: "repetition")
     lane_caches: int = 8  # KV caches serve keeps, one per recently used lane and prompt family
+    #: prefill each message in pieces of this many tokens (0: whole, up to the engine's micro-batch), so a
+    #: prompt whose first message changes only at its end (a timestamp) reuses its unchanged pieces
+    piece_tokens: int = 0
 
 
 # -- control (harness only) ---------------------------------------------------------------------------

@@ -64,6 +64,18 @@ def serve(
             "agent's chat calls. Each is one more context on the same weights (SmolLM2: about 0.2 GB).",
         ),
     ] = 8,
+    piece_tokens: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Prefill each message in pieces of this many tokens (0: whole messages, up to the engine's "
+            "micro-batch). An agent whose system prompt changes only at its end (a timestamp, a memory "
+            "block: Letta) then reuses the unchanged leading pieces instead of prefilling its whole prompt "
+            "on every call. The pieces sit at fixed offsets, so an answer still depends on the tokens alone "
+            "(which cache serves it never changes it); a different piece size may change the last digits of "
+            "the logits, so keep one size within a run.",
+        ),
+    ] = 0,
     ctx: Annotated[
         int | None,
         typer.Option(
@@ -107,6 +119,7 @@ def serve(
         request_timeout_s=request_timeout,
         repetition_guard=repetition_guard,
         lane_caches=lane_caches,
+        piece_tokens=piece_tokens,
     )
     say(err, f"eu-audit serve: loading {upstream or model} ... (control secret: {control_file})")
     run_server(

@@ -18,6 +18,8 @@
 #   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
 #   AGENT_PYTHON (environment, optional) the Python that runs the example agent (Letta's own venv)
 #   CTX     (environment, optional) serve's context per lane in tokens (serve --ctx), e.g. 16384 for mem0 --infer
+#   PIECE   (environment, optional) serve --piece-tokens: prefill messages in pieces of this many tokens, for
+#           an agent whose system prompt changes at its end (Letta: 512)
 #   AGENT_TIMEOUT (environment, optional) seconds one agent call may take (record --agent-timeout): a memory
 #           library that decodes up to serve's 1,024 tokens several times per turn (mem0 --infer, Graphiti)
 #           passes the default 300 s on 2 cores
@@ -35,7 +37,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/n
 trap cleanup EXIT
 wait_for() { timeout 600 bash -c "until curl -sf $1 >/dev/null; do sleep 1; done"; }
 
-"$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" --force ${CTX:+--ctx "$CTX"} \
+"$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" --force ${CTX:+--ctx "$CTX"} ${PIECE:+--piece-tokens "$PIECE"} \
   --control-file "$OUT/serve.control" > "$OUT/serve.out" 2>&1 &
 pids+=($!)
 wait_for "$SERVE/health"
