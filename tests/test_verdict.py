@@ -275,6 +275,8 @@ def test_shards_that_overlap_or_come_from_another_run_are_refused_before_anythin
     other_seed = _record(tmp_path, "seed1.jsonl", 4, "2/2", seed=1)
     proc = run_cli("merge", str(one), str(one), "-o", str(tmp_path / "m.jsonl"))
     assert proc.returncode == 2 and "same shard appears twice" in proc.stderr
+    proc = run_cli("merge", str(one), str(one), "-o", str(tmp_path / "m.jsonl"), "--gate-set", "forget")
+    assert proc.returncode == 2 and "gate merged bundles with" in proc.stderr  # not silently ungated
     proc = run_cli("merge", str(one), str(other_seed), "-o", str(tmp_path / "m.jsonl"))
     assert proc.returncode == 2 and "seed differs" in proc.stderr and str(other_seed) in proc.stderr
     assert not (tmp_path / "m.jsonl").exists()

@@ -47,6 +47,11 @@ def merge(
     except OSError as exc:
         raise BadInput(f"cannot read: {exc.strerror}", path=str(files[0])) from None
     if head.startswith(b'{"type":"header"') or head.startswith(b'{"type": "header"'):
+        if gate or gate_set or junit_path is not None:  # never a gate silently left undecided
+            raise BadInput(
+                "--gate, --gate-set and --junit decide merged audits; gate merged bundles with "
+                f"`eu-audit audit {out_path} --gate-set ...`"
+            )
         merged = merge_bundles(files, out_path, force=force)
         say(out, f"wrote {merged} ({len(files)} shards); audit it with: eu-audit audit {merged}")
         return
