@@ -152,6 +152,21 @@ def thorough() -> NotebookAgent:
     return NotebookAgent(thorough=True)
 
 
+class MuteAgent(NotebookAgent):
+    """A thorough forget, and never a word: every answer is empty (as Letta on a small model that never
+    calls its ``send_message``), so what it says cannot show what it forgot."""
+
+    def __init__(self) -> None:
+        super().__init__(thorough=True)
+
+    def _answer(self, tenant: str) -> Turn:
+        return Turn(text="")
+
+
+def mute() -> MuteAgent:
+    return MuteAgent()
+
+
 class HidingAgent(NotebookAgent):
     """Its forget stops *saying* the target: the notes that carry it leave its answers but move to an
     archive its dump still lists (z suppressed, not erased)."""

@@ -85,6 +85,16 @@ def test_a_forget_that_deletes_nothing_leaks_in_its_answers_its_replies_and_its_
     assert row.endswith("`[turn 9, assistant] Here: '''bash sort \\| uniq '''` |"), row
 
 
+def test_an_agent_that_says_nothing_is_not_shown_to_have_erased_z_from_what_it_says(tmp_path: Path) -> None:
+    _, rep = run(tmp_path, "mute")
+    got = by_name(rep)
+    assert got["answers to probes"]["unknown"] == got["replies after the forget"]["unknown"] == 2
+    assert got["store dump"]["erased"] == 2  # what it keeps is observed all the same: its forget removed z
+    table = "\n".join(channel_table(rep))
+    assert "| replies after the forget | unknown | 0 | 0 | 0 | 2 | 0 | `the agent said nothing there" in table
+    assert all(s.replies == 0 for s in rep.states if s.method == "agent")
+
+
 def test_a_call_made_before_the_forget_is_not_something_the_agent_did_after_it(tmp_path: Path) -> None:
     bundle, _ = run(tmp_path, "naive")
     trace = next(t for t in read_bundle(bundle).sessions if t.session.method == "agent")

@@ -180,6 +180,26 @@ def floor_holds(floor: StateAudit | None, name: str) -> bool:
     return kind in KINDS and kind != "after" and (channel_value(floor, kind, tier) or 0) > 0
 
 
+def said_nothing(state: StateAudit, metric: str) -> str:
+    """Why an output channel clean of z shows nothing of the forget ("" when the agent said something
+    there): every answer in it was empty, and an agent that says nothing repeats nothing (Letta on a small
+    model that never calls its ``send_message``)."""
+    said: int | None
+    if metric == "leak_probes":
+        said, what = (
+            (sum(bool(p.text.strip()) for p in state.probes) if state.probes else None),
+            "probe answer",
+        )
+    elif metric == "leak5":
+        said, what = (
+            (sum(bool(t.strip()) for t in state.samples) if state.samples else None),
+            "sampled answer",
+        )
+    else:  # counted at audit time (None in an audit from before the count)
+        said, what = state.replies, "reply or summary after the forget"
+    return "" if said is None or said else f"the agent said nothing there: every {what} was empty"
+
+
 def _leaked_out(state: StateAudit) -> bool:
     said = any((state.values.get(m) or 0) > 0 for m in SAID.values())
     return said or any(v > 0 for v in state.action_sinks.values())
@@ -240,6 +260,8 @@ def channels(states: Sequence[StateAudit], floor: Mapping[str, StateAudit] | Non
             value = s.values.get(metric)
             if value is None:
                 add(s, name, "unknown", s.unmeasured.get(metric, "not measured"))
+            elif value == 0 and (why := said_nothing(s, metric)):
+                add(s, name, "unknown", why)
             else:
                 quote = s.reply_example if metric == "leak_exact" and value > 0 else ""
                 add(s, name, "leaked" if value > 0 else "erased", example=quote)

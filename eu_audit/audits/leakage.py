@@ -56,6 +56,9 @@ class ArtifactLeak:
 
     exact: list[str] = field(default_factory=list)  # block ids / memory ids whose text holds z
     action: dict[str, list[str]] = field(default_factory=dict)  # sink class -> call ids
+    #: the answers, summaries and plans the state holds from tau on that say anything at all: where none
+    #: does, a clean exact reading shows nothing (an agent that replies nothing repeats nothing)
+    said: int = 0
 
     @property
     def any(self) -> bool:
@@ -76,8 +79,10 @@ def artifact_leak(
     resident = set(trace.session.final_manifest)
     for b in trace.blocks:
         derived = b.type in (BlockType.assistant, BlockType.summary, BlockType.plan) and b.turn >= tau
-        if derived and b.id in resident and m.found_in(b.text):
-            res.exact.append(b.id)
+        if derived and b.id in resident:
+            res.said += bool(b.text.strip())
+            if m.found_in(b.text):
+                res.exact.append(b.id)
     for mem in trace.session.memory_final:
         if m.found_in(mem.text):
             res.exact.append(f"memory:{mem.id}")

@@ -49,6 +49,9 @@ class StateAudit(BaseModel):
     #: a black-box state: one quoted place where the agent said z after the forget (its reply to a turn of
     #: the episode, a summary it wrote), for the channel row "replies after the forget"
     reply_example: str = ""
+    #: a black-box state: how many of the agent's replies and summaries after the forget said anything
+    #: (None: audited before this was counted); 0 makes that channel *unknown*, not erased
+    replies: int | None = None
     floor_sample_ids: list[list[int]] = Field(default_factory=list)
     #: seconds this state's audit took (kept across a resume, so a resumed report still costs it)
     audit_s: float | None = None

@@ -36,6 +36,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             st.choices.append(picked(e.answer, choice.choices or []) if choice else None)
     art = artifact_leak(trace, ep.tau, m, resident_calls=True)
     st.action_sinks = {k: len(v) for k, v in art.action.items()}
+    st.replies = art.said
     said = [trace.block(b) for b in art.exact if not b.startswith("memory:")]
     if said:  # the agent's own words after the forget (the audit JSON keeps z; reports mask it)
         st.reply_example = f"[turn {said[0].turn}, {said[0].type.value}] {snippet(said[0].text, m)}"
