@@ -16,6 +16,29 @@ from eu_audit.cli.app import (
 )
 from eu_audit.runtime.models import DEFAULT_MODEL
 
+ServeLaneCaches = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="KV caches kept, one per recently used lane (tenants of record --concurrency) and prompt "
+        "family (prompts opening with the same first message): each tenant's prompt prefix stays cached "
+        "while the others' requests run, and so does a memory library's long fixed prompt between the "
+        "agent's chat calls. Each is one more context on the same weights (SmolLM2: about 0.2 GB).",
+    ),
+]
+ServePieceTokens = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Prefill each message in pieces of this many tokens (0: whole messages, up to the engine's "
+        "micro-batch). An agent whose system prompt changes only at its end (a timestamp, a memory "
+        "block: Letta) then reuses the unchanged leading pieces instead of prefilling its whole prompt "
+        "on every call. The pieces sit at fixed offsets, so an answer still depends on the tokens alone "
+        "(which cache serves it never changes it); a different piece size may change the last digits of "
+        "the logits, so keep one size within a run.",
+    ),
+]
+
 
 @app.command()
 def serve(
@@ -54,28 +77,8 @@ def serve(
     request_timeout: Annotated[
         float, typer.Option(min=1.0, help="Wall seconds per request, the wait for the model included.")
     ] = 300.0,
-    lane_caches: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="KV caches kept, one per recently used lane (tenants of record --concurrency) and prompt "
-            "family (prompts opening with the same first message): each tenant's prompt prefix stays cached "
-            "while the others' requests run, and so does a memory library's long fixed prompt between the "
-            "agent's chat calls. Each is one more context on the same weights (SmolLM2: about 0.2 GB).",
-        ),
-    ] = 8,
-    piece_tokens: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Prefill each message in pieces of this many tokens (0: whole messages, up to the engine's "
-            "micro-batch). An agent whose system prompt changes only at its end (a timestamp, a memory "
-            "block: Letta) then reuses the unchanged leading pieces instead of prefilling its whole prompt "
-            "on every call. The pieces sit at fixed offsets, so an answer still depends on the tokens alone "
-            "(which cache serves it never changes it); a different piece size may change the last digits of "
-            "the logits, so keep one size within a run.",
-        ),
-    ] = 0,
+    lane_caches: ServeLaneCaches = 8,
+    piece_tokens: ServePieceTokens = 0,
     ctx: Annotated[
         int | None,
         typer.Option(
