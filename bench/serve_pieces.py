@@ -18,32 +18,12 @@ ratios.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from eu_audit.engines.llamacpp_server import free_port, wait_healthy  # noqa: E402
+from serve_client import post, start
 
 RULE = "When a user shares a durable fact about themselves, keep it in your memory block for later turns. "
-
-
-def post(url: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, int, int]:
-    """(wall seconds, prompt tokens, cached prompt tokens) of one greedy chat request."""
-    body = {"model": "m", "temperature": 0, "max_tokens": max_tokens, "messages": messages}
-    req = urllib.request.Request(
-        url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=900) as resp:
-        usage = json.loads(resp.read())["usage"]
-    return time.perf_counter() - t0, usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
 
 
 def messages(kind: str, i: int, instructions: str) -> list[dict[str, str]]:
@@ -58,16 +38,6 @@ def messages(kind: str, i: int, instructions: str) -> list[dict[str, str]]:
     return history
 
 
-def start(model: str, piece: int, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "eu_audit.cli", "serve", "--model", model, "--port", str(port)]
-    cmd += ["--piece-tokens", str(piece), "--control-file", str(workdir / f"control-{piece}")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, 600, proc)
-    return proc, url
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
@@ -80,7 +50,9 @@ def main() -> None:
     levels = (0, args.piece)
     kinds = ("tail", "head")
     with tempfile.TemporaryDirectory() as tmp:
-        servers = {p: start(args.model, p, Path(tmp)) for p in levels}
+        servers = {
+            p: start(args.model, ["--piece-tokens", str(p)], Path(tmp) / f"control-{p}") for p in levels
+        }
         try:
             for p in levels:  # warm: load costs and each sequence's first, cold prefill
                 for kind in kinds:

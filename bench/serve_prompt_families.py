@@ -14,32 +14,12 @@ tokens served from the cache, and the ratio.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from eu_audit.engines.llamacpp_server import free_port, wait_healthy  # noqa: E402
+from serve_client import post, start
 
 RULE = "Extract every durable fact about the user from the new messages as one JSON object per fact. "
-
-
-def post(url: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, int, int]:
-    """(wall seconds, prompt tokens, cached prompt tokens) of one greedy chat request."""
-    body = {"model": "m", "temperature": 0, "max_tokens": max_tokens, "messages": messages}
-    req = urllib.request.Request(
-        url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=900) as resp:
-        usage = json.loads(resp.read())["usage"]
-    return time.perf_counter() - t0, usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
 
 
 def one_round(url: str, i: int, instructions: str, max_tokens: int) -> tuple[float, int, int]:
@@ -59,16 +39,6 @@ def one_round(url: str, i: int, instructions: str, max_tokens: int) -> tuple[flo
     return wall + w2, prompt + p2, cached + c2
 
 
-def start(model: str, caches: int, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "eu_audit.cli", "serve", "--model", model, "--port", str(port)]
-    cmd += ["--lane-caches", str(caches), "--control-file", str(workdir / f"control-{caches}")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, 600, proc)
-    return proc, url
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -79,7 +49,9 @@ def main() -> None:
     instructions = RULE * max(1, args.instructions // 20)
     levels = (1, 8)
     with tempfile.TemporaryDirectory() as tmp:
-        servers = {c: start(args.model, c, Path(tmp)) for c in levels}
+        servers = {
+            c: start(args.model, ["--lane-caches", str(c)], Path(tmp) / f"control-{c}") for c in levels
+        }
         try:
             for c in levels:  # warm: load costs and the first, cold prefill of each family
                 one_round(servers[c][1], 0, instructions, 4)
