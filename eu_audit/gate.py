@@ -71,17 +71,16 @@ class GateSet:
     """Rules every audited method (not the floor) is held to, each ``METRIC OP VALUE``; a rule whose
     metric the audit's side never measures (the residue facts on a white-box bundle) is left out."""
 
-    description: str
     rules: tuple[str, ...]
 
 
 GATE_SETS: Registry[GateSet] = Registry("gate_sets")
+# what a forget must show: the probes, the samples, the agent's replies and tool calls after it no worse
+# than the B5 reference (Leak@probes, Leak@k, any-leak, CAD), and, on a black-box agent, z in no model
+# call after the forget and in no store (the residue facts)
 GATE_SETS.add(
     "forget",
     GateSet(
-        "what a forget must show: the probes, the samples, the agent's replies and tool calls after it no "
-        "worse than the B5 reference (Leak@probes, Leak@k, any-leak, CAD), and, on a black-box agent, z in "
-        "no model call after the forget and in no store (the residue facts)",
         (
             "leak_probes<=floor",
             "leak5<=floor",

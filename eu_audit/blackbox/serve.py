@@ -298,7 +298,7 @@ class Backend:
         a first message that changes only at its end (Letta's system prompt ends with the time its
         memory was last modified) keeps its leading pieces, and the cache they open, from call to call."""
         engine_limit = self.engine.max_segment if self.engine is not None else None
-        limit = min(x for x in (engine_limit, self.piece) if x) if engine_limit or self.piece else None
+        limit = min((x for x in (engine_limit, self.piece) if x), default=None)
         if not limit:
             return segs
         return [s[i : i + limit] for s in segs for i in range(0, max(len(s), 1), limit)]
