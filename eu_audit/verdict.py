@@ -141,16 +141,28 @@ def n_to_hold(ds: Sequence[float], bounded: bool, alpha: float, margin: float) -
     return hi
 
 
+def at_shares(ds: Sequence[float], m: int) -> list[float]:
+    """m differences with each observed value at its observed share, whatever order the sessions ran in:
+    largest remainders (Hamilton), a tie going to the better value, so a failure is never claimed early."""
+    n = len(ds)
+    values = sorted(set(ds))
+    exact = {v: ds.count(v) * m / n for v in values}
+    counts = {v: math.floor(x) for v, x in exact.items()}
+    by_remainder = sorted(values, key=lambda v: (-(exact[v] - counts[v]), v))
+    for v in by_remainder[: m - sum(counts.values())]:
+        counts[v] += 1
+    return [v for v in values for _ in range(counts[v])]
+
+
 def n_to_fail(ds: Sequence[float], binary: bool, alpha: float) -> int | None:
-    """The smallest n at which the same differences, repeated at their observed shares, would be
+    """The smallest n at which the same differences, at their observed shares (``at_shares``), would be
     significantly worse (the test ``worse_p`` runs); None when the method is not worse on average."""
     n = len(ds)
     if n == 0 or sum(ds) <= 0:
         return None
 
     def fails(m: int) -> bool:
-        tiled = [ds[i % n] for i in range(m)]
-        return worse_p(tiled, binary) < alpha
+        return worse_p(at_shares(ds, m), binary) < alpha
 
     lo, hi = n, n
     while not fails(hi):
@@ -334,27 +346,47 @@ def _observed(rule: Rule, ev: Evidence) -> GateResult:
     return _each_session(rule, ev, worse, test, f"{rule.metric} above the floor's", "at or below the floor")
 
 
+@dataclass(frozen=True)
+class Weighed:
+    """A rule against the floor weighed on its paired differences alone."""
+
+    p: float  # one-sided, that the method is worse
+    bound: Bound | None  # the upper bound of the mean difference
+    outcome: str  # failed (p < alpha), held (the bound within the margin) or inconclusive
+
+
+def weigh(ds: Sequence[float], binary: bool, bounded: bool, alpha: float, margin: float) -> Weighed:
+    """Failed when significantly worse, held when the upper bound is within the margin: the one rule
+    both a verdict (``decide``) and a plan (``eu_audit.power``) read."""
+    p = worse_p(ds, binary)
+    bound = upper_bound(ds, bounded, alpha)
+    if p < alpha:
+        return Weighed(p, bound, "failed")
+    held = bound is not None and bound.value <= margin
+    return Weighed(p, bound, "held" if held else "inconclusive")
+
+
 def _weigh(
     report: AuditReport, rule: Rule, metric: Metric, ev: Evidence, alpha: float, margin: float
 ) -> GateResult:
     ds, n = ev.ds, len(ev.ds)
     mean = sum(ds) / n
-    p = worse_p(ds, metric.binary)
+    tol = margin if rule.rhs == "floor" else 0.0
+    bounded = metric.fmt == "rate"
+    w = weigh(ds, metric.binary, bounded, alpha, tol)
+    p, bound = w.p, w.bound
     against = "the floor" if rule.rhs == "floor" else rule.rhs
-    if p < alpha:
+    if w.outcome == "failed":
         test = "exact McNemar (one-sided)" if metric.binary else "Wilcoxon signed-rank (one-sided)"
         detail = f"worse than {against} by {mean:+.3g} on average, p = {p:.3g} < alpha {alpha} (n = {n})"
         return _result(rule, "failed", detail, test=test, n=n, p=p)
-    tol = margin if rule.rhs == "floor" else 0.0
     if ev.identical and not ev.missing and report.engine in EXACT_ENGINES and all(d <= 0 for d in ds):
         detail = (
             f"equal to the floor token for token in all {n} session(s) on an exact engine ({report.engine}): "
             "the states are B5's, so equality itself decides"
         )
         return _result(rule, "held", detail, test="equality (deterministic states)", n=n, p=p)
-    bounded = metric.fmt == "rate"
-    bound = upper_bound(ds, bounded, alpha)
-    if bound is not None and bound.value <= tol and not ev.missing:
+    if bound is not None and w.outcome == "held" and not ev.missing:
         detail = (
             f"mean difference {mean:+.3g}, upper {1 - alpha:.0%} bound {bound.value:.3g} <= margin {tol:g} "
             f"(n = {n})"

@@ -119,6 +119,8 @@ def test_the_cli_exits_4_on_an_inconclusive_gate_and_power_sizes_the_job(tmp_pat
     assert proc.returncode == 0 and "29" in proc.stdout, proc.stdout + proc.stderr
     proc = run_cli("power", "--worse-share", "0")
     assert proc.returncode == 0 and "n >= 29" in proc.stdout
+    proc = run_cli("power", "--worse-share", "0.4")
+    assert proc.returncode == 0 and "n = 16 decides 80% of fresh runs" in " ".join(proc.stdout.split())
     proc = run_cli("audit", str(bundle), "--alpha", "2")
     assert proc.returncode == 2 and "--alpha" in proc.stderr
     # the recommended rules by name, decided and written into the audit; this run had no serve, so the
@@ -182,6 +184,56 @@ def test_equal_at_n_1_is_never_a_hold() -> None:
     assert upper_bound([0.0], bounded=False, alpha=0.05) is None  # and without [0, 1] values, no bound
     assert n_for_share(0.0, 0.1, 0.05) == 29
     assert n_for_share(0.2, 0.1, 0.05) is None  # worse in 20% of sessions is not within a 0.1 margin
+
+
+def test_the_n_that_would_decide_does_not_depend_on_the_order_the_sessions_ran_in() -> None:
+    """4 of 10 sessions worse: at the observed share the 12th session is the 5th worse one (p = 1/32);
+    repeating the sessions in the order they ran gave 11 or 17 depending on which ones leaked."""
+    from eu_audit.verdict import at_shares, n_to_fail
+
+    orders = ([1.0, 0, 0, 0, 1, 1, 0, 1, 0, 0], [0.0] * 6 + [1.0] * 4, [1.0] * 4 + [0.0] * 6)
+    assert {n_to_fail(ds, True, 0.05) for ds in orders} == {12}
+    # three equal remainders: the one left over goes to the better value
+    assert sorted(at_shares([1.0, 0.5, -0.2], 7)) == [-0.2, -0.2, -0.2, 0.5, 0.5, 1.0, 1.0]
+
+
+def test_a_fresh_run_at_the_observed_rate_n_decides_about_half_the_time_and_power_plans_for_more() -> None:
+    """The plan's chance is the binomial's (scipy, not this code): worse in 40% of sessions, the rule
+    fails once 5 sessions are worse (0.5^5 < 0.05), so a fresh run of n decides with P(Bin(n, 0.4) >= 5)."""
+    from scipy.stats import binom
+
+    from eu_audit.power import chance_to_decide, plan_share
+
+    def chance(m: int) -> float:
+        return chance_to_decide([0.0, 1.0], [0.6, 0.4], m, binary=True, bounded=True, alpha=0.05, margin=0.1)
+
+    for m in (12, 15, 16, 20):
+        assert chance(m) == pytest.approx(binom.sf(4, m, 0.4))
+    assert chance(12) < 0.6  # the observed-rate n (12 above): barely better than a coin
+    assert plan_share(0.4, alpha=0.05, margin=0.1) == 16 and chance(15) < 0.8 <= chance(16)
+    assert plan_share(0.0, alpha=0.05, margin=0.1) == 29  # no difference at all: the same n as the rate's
+
+
+def test_with_three_kinds_of_session_the_plan_draws_seeded_runs_close_to_the_exact_chance() -> None:
+    import itertools
+
+    from scipy.stats import multinomial
+
+    from eu_audit.power import chance_to_decide
+    from eu_audit.verdict import weigh
+
+    values, shares, m = [-1.0, 0.0, 1.0], [0.1, 0.5, 0.4], 12
+    exact = sum(
+        multinomial.pmf([a, m - a - b, b], m, shares)
+        for a, b in itertools.product(range(m + 1), repeat=2)
+        if a + b <= m
+        and weigh([-1.0] * a + [1.0] * b + [0.0] * (m - a - b), True, True, 0.05, 0.1).outcome
+        != "inconclusive"
+    )
+    kw = {"binary": True, "bounded": True, "alpha": 0.05, "margin": 0.1}
+    got = chance_to_decide(values, shares, m, **kw)  # type: ignore[arg-type]
+    assert got == chance_to_decide(values, shares, m, **kw)  # type: ignore[arg-type]  # seeded
+    assert got == pytest.approx(exact, abs=0.03)
 
 
 # --- shards: merged shards are the single run -------------------------------------------------------

@@ -15,6 +15,7 @@ from eu_audit.cli.app import (
     say,
 )
 from eu_audit.errors import BadInput
+from eu_audit.power import DEFAULT_CHANCE, MAX_PLAN_N
 
 
 @app.command()
@@ -37,37 +38,59 @@ def power(
     ] = None,
     margin: Annotated[float, typer.Option(min=0.0, help="The gate's margin.")] = 0.1,
     alpha: Annotated[float, typer.Option(min=0.0001, max=0.5, help="The gate's one-sided alpha.")] = 0.05,
+    chance: Annotated[
+        float,
+        typer.Option(
+            min=0.5,
+            max=0.99,
+            help="The chance a fresh run at the planned n decides each rule (held or failed), its sessions "
+            "drawn like the pilot's (a seeded bootstrap).",
+        ),
+    ] = DEFAULT_CHANCE,
 ) -> None:
-    """How many sessions a decisive verdict needs: for each rule, its outcome on the pilot and the n at
-    which, at the pilot's observed rates, it would be held (or shown failed). Size a CI job before it runs.
+    """How many sessions a decisive verdict needs: for each rule, its outcome on the pilot, the n at
+    which the pilot's rates would decide it, and the n at which a fresh run decides it with --chance (a
+    run of the first n, drawn afresh, decides only about half the time). Size a CI job before it runs;
+    then run it and gate once: adding sessions to an inconclusive run and gating again is a second look
+    that spends alpha again.
 
     Examples:
 
     [bold]eu-audit power pilot.json[/]   [bold]eu-audit power --worse-share 0 --margin 0.1[/]
     """
+    from eu_audit.power import plan_share
     from eu_audit.verdict import n_for_share
 
     if pilot is None:
         if worse_share is None:
             raise BadInput("give a pilot audit JSON, or --worse-share")
         need = n_for_share(worse_share, margin, alpha)
+        planned = plan_share(worse_share, alpha=alpha, margin=margin, chance=chance)
         say(
             out,
             f"a 0/1 rule against the floor, the method worse in {worse_share:.0%} of sessions: "
-            + (f"n >= {need} sessions to hold within margin {margin} at alpha {alpha}" if need else
-               f"no n holds it: {worse_share:.0%} is not within the margin {margin}"),
+            + (f"n >= {need} sessions to hold within margin {margin} at alpha {alpha} at exactly that share"
+               if need else f"no n holds it: {worse_share:.0%} is not within the margin {margin}")
+            + (f"; n = {planned} decides {chance:.0%} of fresh runs (held or failed)"
+               if planned else f"; no n up to {MAX_PLAN_N} decides {chance:.0%} of fresh runs"),
         )  # fmt: skip
         return
     from eu_audit.audits.model import read_report
-    from eu_audit.gate import check_rules, default_rules, evaluate
+    from eu_audit.gate import check_rules, default_rules, evaluate, parse_rule
+    from eu_audit.power import plan_rule
 
     rep = read_report(pilot)
     rules = gate or [g.rule for g in rep.gates if g.rule != "no errored states"] or default_rules(rep)
     check_rules(rules, rep.methods, rep.suites)
     table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))
-    for col in ("rule", "now", "n now", "n that would decide", "test"):
+    for col in ("rule", "now", "n now", "n at the pilot's rates", f"n deciding {chance:.0%} of runs", "test"):
         table.add_column(col)
+    parsed = {r.text: r for r in (parse_rule(x) for x in rules)}
     for g in evaluate(rep, rules, alpha=alpha, margin=margin):
-        decide = "-" if g.outcome != "inconclusive" else (str(g.n_needed) if g.n_needed else "none")
-        table.add_row(Text(g.rule), g.outcome, str(g.n), decide, Text(g.test))
+        decide = fresh = "-"
+        if g.outcome == "inconclusive":
+            decide = str(g.n_needed) if g.n_needed else "none"
+            n_plan = plan_rule(rep, parsed[g.rule], alpha=alpha, margin=margin, chance=chance)
+            fresh = str(n_plan) if n_plan else ("none" if g.n_needed else "-")
+        table.add_row(Text(g.rule), g.outcome, str(g.n), decide, fresh, Text(g.test))
     out.print(table)
