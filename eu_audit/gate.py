@@ -93,6 +93,18 @@ GATE_SETS.add(
 )
 
 
+def describe_gate_sets() -> str:
+    """Each registered set and its rules, for ``--help`` (drawn from the sets, never restated)."""
+    parts = []
+    for name in GATE_SETS.names():
+        rules = GATE_SETS.get(name).rules
+        both = [r for r in rules if "white" in METRICS.get(parse_rule(f"x.{r}").metric).sides]
+        black = [r for r in rules if r not in both]
+        also = f"; on a black-box agent also {', '.join(black)}" if black else ""
+        parts.append(f"'{name}' ({', '.join(both)}{also})")
+    return ", ".join(parts)
+
+
 def expand_gate_sets(names: Sequence[str], methods: Sequence[str], side: Side) -> list[str]:
     """The rules the named sets hold each method to (the floor and the serving layer excepted)."""
     out: list[str] = []

@@ -149,6 +149,11 @@ def test_the_forget_rule_set_holds_every_method_to_the_leak_rules_and_a_black_bo
     white = expand_gate_sets(["forget"], ["b1", "b7", "b5"], "white")
     assert [r for r in white if r.startswith("b7.")] == [r.replace("agent.", "b7.") for r in black[:4]]
     assert len(white) == 8  # no residue fact on a rebuilt state: no serve log, no store dump to read
+    from eu_audit.gate import describe_gate_sets
+
+    told = describe_gate_sets()  # --help's words are drawn from the set, never restated
+    assert "'forget' (" in told and all(r.split(".", 1)[1] in told for r in black)
+    assert told.index("on a black-box agent also") < told.index("residue_context==0")
     with pytest.raises(BadInput, match=r"unknown gate set 'forgot' \(known: forget\)"):
         expand_gate_sets(["forgot"], ["agent"], "black")  # refused before any model runs (exit 2)
 

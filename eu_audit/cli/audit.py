@@ -21,6 +21,7 @@ from eu_audit.cli.app import (
     say,
 )
 from eu_audit.errors import BadInput
+from eu_audit.gate import describe_gate_sets
 from eu_audit.shards import Shard
 
 AuditBundlePath = Annotated[
@@ -63,9 +64,8 @@ AuditGate = Annotated[
 AuditGateSet = Annotated[
     list[str] | None,
     typer.Option(
-        help="A named set of rules every audited method is held to: 'forget' (Leak@probes, Leak@k, any-leak "
-        "and CAD against the floor; on a black-box agent also residue_context==0 and residue_store==0). "
-        "Combines with --gate; plugins add sets (eu_audit.gate_sets)."
+        help=f"A named set of rules every audited method is held to: {describe_gate_sets()}. Combines with "
+        "--gate; plugins add sets (eu_audit.gate_sets)."
     ),
 ]
 AuditJsonPath = Annotated[Path | None, typer.Option("--json", help="Write the report (eu-audit/audit@1).")]
@@ -156,7 +156,8 @@ def audit(
     [bold]--gate-set forget[/] is the recommended rule list, written once (the README's CI recipe uses it).
 
     Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed,
-    4 no gate failed but one is inconclusive (add sessions; --on-inconclusive pass accepts it).
+    4 no gate failed but one is inconclusive (add sessions in a fresh run sized by eu-audit power;
+    --on-inconclusive pass accepts it).
 
     Example:
 
@@ -258,7 +259,11 @@ def apply_gates(
         _write_receipt(rep, outputs[0], *receipt)
     code = exit_code(rep.gates, inconclusive_passes=on_inconclusive == "pass")
     if code == 4:
-        say(err, "no rule failed, but some are inconclusive at this n: add sessions (exit 4), see above")
+        say(
+            err,
+            "no rule failed, but some are inconclusive at this n (exit 4), see above: add sessions in a "
+            f"fresh run sized by `eu-audit power {outputs[0] or 'AUDIT.json'}`, and gate it once",
+        )
     if code:
         raise typer.Exit(code)
 
