@@ -305,7 +305,7 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
     from securesystemslib.dsse import Envelope
     from securesystemslib.exceptions import VerificationError
 
-    from eu_audit.gate import default_rules, evaluate
+    from eu_audit.gate import ERRORED_RULE, default_rules, evaluate
 
     env_dict = read_envelope(receipt)
     try:
@@ -350,7 +350,7 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
         return _verify_forget(stmt, audit_file, lines)
     report = read_report(audit_file)
     recorded = stmt["predicate"]["configuration"][0]["annotations"]["rules"]
-    rules = [r["rule"] for r in recorded if r["rule"] != "no errored states"]
+    rules = [r["rule"] for r in recorded if r["rule"] != ERRORED_RULE]
     again = evaluate(report, rules or default_rules(report), alpha=report.alpha, margin=report.margin)
     got = {g.rule: g.outcome for g in again}
     follows = all(got.get(r["rule"]) == r["outcome"] for r in recorded if r["rule"] in got)

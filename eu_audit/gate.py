@@ -74,6 +74,9 @@ class GateSet:
     rules: tuple[str, ...]
 
 
+#: the pseudo-rule ``evaluate`` adds, failed, when a state errored (never a rule a user writes)
+ERRORED_RULE = "no errored states"
+
 GATE_SETS: Registry[GateSet] = Registry("gate_sets")
 # what a forget must show: the probes, the samples, the agent's replies and tool calls after it no worse
 # than the B5 reference (Leak@probes, Leak@k, any-leak, CAD), and, on a black-box agent, z in no model
@@ -153,7 +156,7 @@ def evaluate(
     if report.errors:
         results.append(
             GateResult(
-                rule="no errored states",
+                rule=ERRORED_RULE,
                 outcome="failed",
                 detail=f"{report.errors} state(s) errored; an error is a failure, never skipped",
             )

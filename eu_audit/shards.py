@@ -182,7 +182,7 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
         "engine": str(base.cost.get("engine", base.engine)),
         "shards": len(reports),
     }
-    return base.model_copy(
+    merged = base.model_copy(
         update={
             "bundle": ", ".join(r.bundle for r in reports),
             "bundle_digest": ",".join(r.bundle_digest for r in reports),
@@ -197,6 +197,24 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
             "cost": cost,
         }
     )
+    rules = shard_rules(reports)
+    if rules:  # each shard's gate was decided on its own sessions; the run's is decided on all of them
+        from eu_audit.gate import evaluate
+
+        merged.gates = evaluate(merged, rules)
+    return merged
+
+
+def shard_rules(reports: Sequence[AuditReport]) -> list[str]:
+    """Every rule any shard was gated with, in first-seen order: a merge decides each on the union of the
+    sessions, so no rule a shard was held to is left undecided (the pseudo-rule for errored states is
+    added again by ``gate.evaluate`` when the union has one)."""
+    from eu_audit.gate import ERRORED_RULE
+
+    out: list[str] = []
+    for r in reports:
+        out += [g.rule for g in r.gates if g.rule != ERRORED_RULE and g.rule not in out]
+    return out
 
 
 def _natural(path: Path) -> tuple[Any, ...]:

@@ -281,10 +281,15 @@ def test_merged_shards_give_the_rows_and_p_values_of_one_run(tmp_path: Path) -> 
     reports = []
     for i, p in enumerate(parts):
         js = tmp_path / f"audit{i}.json"
-        js.write_text(audit(p, AuditOptions()).model_dump_json())
+        shard = audit(p, AuditOptions())
+        shard.gates = evaluate(shard, rules[:1] if i == 0 else rules)  # each shard gated on its own sessions
+        js.write_text(shard.model_dump_json())
         reports.append(js)
     merged = merge_reports(reports)
     assert _view(merged) == _view(whole) and verdicts(merged) == verdicts(whole)
+    # every rule a shard was gated by is decided again on the union, as the single run's gate would be
+    assert [(g.rule, g.outcome, g.p, g.n_needed) for g in merged.gates] == verdicts(whole)
+    assert [g.n for g in merged.gates] == [6, 6]
     assert [(c.method, c.suite, c.p) for c in merged.cells] == [(c.method, c.suite, c.p) for c in whole.cells]
 
 

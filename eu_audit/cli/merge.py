@@ -21,7 +21,12 @@ from eu_audit.errors import BadInput
 def merge(
     files: Annotated[list[Path], typer.Argument(help="Shard bundles, or shard audits (--json reports).")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="The merged bundle or audit JSON.")],
-    gate: Annotated[list[str] | None, typer.Option(help="With audits: rules to decide on the union.")] = None,
+    gate: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With audits: rules to decide on the union (default: every rule a shard was gated with)."
+        ),
+    ] = None,
     gate_set: AuditGateSet = None,
     junit_path: Annotated[Path | None, typer.Option("--junit", help="With audits: JUnit XML.")] = None,
     on_inconclusive: Annotated[str, typer.Option(help="With audits: fail (exit 4) or pass.")] = "fail",
@@ -29,7 +34,9 @@ def merge(
 ) -> None:
     """Join the shards of one run: bundles into one bundle (then audit it), or shard audits into one
     audit whose statistics are recomputed over every session, as a single run's would be. Shards of
-    different models, engines, suites or seeds, or that share a session, are refused (exit 2).
+    different models, engines, suites or seeds, or that share a session, are refused (exit 2). Merged
+    audits are gated on the union (exit codes as audit's): by --gate / --gate-set, else by every rule the
+    shards were gated with, each decided again on all the sessions.
 
     Examples:
 
@@ -58,9 +65,10 @@ def merge(
     if junit_path is not None:
         check_output_path(junit_path, force=force)
     from eu_audit.audits.metric import side_of
-    from eu_audit.gate import check_rules, expand_gate_sets
+    from eu_audit.gate import ERRORED_RULE, check_rules, expand_gate_sets
 
     rep = merge_reports(files)
     rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine)), *(gate or [])]
+    rules = rules or [g.rule for g in rep.gates if g.rule != ERRORED_RULE]  # the shards' own, on the union
     check_rules(rules, rep.methods, rep.suites)
     apply_gates(rep, rules, (out_path, junit_path, None), on_inconclusive)

@@ -76,11 +76,11 @@ def power(
         )  # fmt: skip
         return
     from eu_audit.audits.model import read_report
-    from eu_audit.gate import check_rules, default_rules, evaluate, parse_rule
+    from eu_audit.gate import ERRORED_RULE, check_rules, default_rules, evaluate, parse_rule
     from eu_audit.power import plan_rule
 
     rep = read_report(pilot)
-    rules = gate or [g.rule for g in rep.gates if g.rule != "no errored states"] or default_rules(rep)
+    rules = gate or [g.rule for g in rep.gates if g.rule != ERRORED_RULE] or default_rules(rep)
     check_rules(rules, rep.methods, rep.suites)
     table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))
     for col in ("rule", "now", "n now", "n at the pilot's rates", f"n deciding {chance:.0%} of runs", "test"):
