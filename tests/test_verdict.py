@@ -324,6 +324,8 @@ def test_a_report_from_a_folder_of_shard_audits_is_the_report_of_their_merge_and
     one.mkdir()
     (one / "audit-slice-1.json").write_text((folder / "audit-slice-1.json").read_text())
     assert "(unknown, 1 shard audit)" in write_report([], [one], tmp_path / "one-r", "t", None).read_text()
+    proc = run_cli("power", str(folder))  # a run's shard audits plan the next run as their merge does
+    assert proc.returncode == 0 and "sessions needed" in proc.stdout, proc.stdout + proc.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = run_cli("report", "--audit", str(empty), "-o", str(tmp_path / "r"))

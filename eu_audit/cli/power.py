@@ -21,7 +21,11 @@ from eu_audit.power import DEFAULT_CHANCE, MAX_PLAN_N
 @app.command()
 def power(
     pilot: Annotated[
-        Path | None, typer.Argument(help="A pilot audit's --json report (its per-session rows are used).")
+        Path | None,
+        typer.Argument(
+            help="A pilot audit's --json report, or a folder of one run's shard audits (merged): its "
+            "per-session rows are used."
+        ),
     ] = None,
     gate: Annotated[
         list[str] | None,
@@ -44,7 +48,8 @@ def power(
             min=0.5,
             max=0.99,
             help="The chance a fresh run at the planned n decides each rule (held or failed), its sessions "
-            "drawn like the pilot's (a seeded bootstrap).",
+            "drawn like the pilot's (exact binomial for a 0/1 rule the floor is never better on, else "
+            "seeded runs).",
         ),
     ] = DEFAULT_CHANCE,
 ) -> None:
@@ -75,11 +80,11 @@ def power(
                if planned else f"; no n up to {MAX_PLAN_N} decides {chance:.0%} of fresh runs"),
         )  # fmt: skip
         return
-    from eu_audit.audits.model import read_report
     from eu_audit.gate import ERRORED_RULE, check_rules, default_rules, evaluate, parse_rule
     from eu_audit.power import plan_rule
+    from eu_audit.shards import read_audits, shard_audits
 
-    rep = read_report(pilot)
+    rep = read_audits(shard_audits(pilot) if pilot.is_dir() else [pilot])
     rules = gate or [g.rule for g in rep.gates if g.rule != ERRORED_RULE] or default_rules(rep)
     check_rules(rules, rep.methods, rep.suites)
     table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))
