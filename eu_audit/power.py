@@ -7,8 +7,10 @@ worse: "n >= 12 would show it failed", and a fresh run of 12 shows it with proba
 gives the other number a plan needs: the n at which a fresh run, its sessions drawn like the pilot's,
 decides (held or failed, by the same rule: ``verdict.weigh``) with a stated chance, e.g. 0.8.
 
-The sessions are drawn from the pilot's paired differences (a seeded bootstrap, so the answer is
-reproducible) or, without a pilot, from a stated share of sessions where the method is worse. A pilot that
+The sessions are drawn from the pilot's paired differences at their observed shares (exact over the
+binomial when they take two values, as a 0/1 rule's do when the floor is never the worse; else seeded
+runs, so the answer is reproducible) or, without a pilot, from a stated share of sessions where the method
+is worse. A pilot that
 saw no difference cannot see a rare one: at its rates every fresh run is like it, so its chance is the
 certainty of the observed-rate n; say what worse share you want to rule out with ``--worse-share``.
 
@@ -47,7 +49,7 @@ def chance_to_decide(
 ) -> float:
     """The chance that a fresh run of ``m`` sessions, each session's difference drawn from ``values``
     with probabilities ``shares``, decides its rule (held or failed): exact over the binomial when there
-    are two values (a 0/1 rule the floor is never better on), else the share of ``draws`` seeded runs."""
+    are two values, else the share of ``draws`` seeded runs."""
     import numpy as np
 
     p = np.asarray(shares, dtype=float) / sum(shares)
