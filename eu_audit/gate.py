@@ -96,6 +96,11 @@ GATE_SETS.add(
 )
 
 
+def gated_rules(report: AuditReport) -> list[str]:
+    """The rules an audit was gated by, as written (the errored-states pseudo-rule left out)."""
+    return [g.rule for g in report.gates if g.rule != ERRORED_RULE]
+
+
 def describe_gate_sets() -> str:
     """Each registered set and its rules, for ``--help`` (drawn from the sets, never restated)."""
     parts = []

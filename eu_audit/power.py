@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from eu_audit.audits.metric import METRICS
 from eu_audit.audits.model import AuditReport, GateResult
-from eu_audit.verdict import Rule, gather, is_fact, n_to_fail, n_to_hold, weigh
+from eu_audit.verdict import Rule, gather, n_to_fail, n_to_hold, weigh, weighed_metric
 
 #: seeded runs per n where a rule's differences take more than two values: the chance is then within
 #: about +-0.02 of its value at 0.8 (two standard errors)
@@ -108,15 +107,16 @@ def plan_rule(
     """For a rule weighed against the floor: the n at which a fresh run with the pilot's differences
     decides with ``chance``; None for facts and observations (one session decides them) and for a rule
     no n decides at the pilot's rates."""
+    metric = weighed_metric(rule)
+    if metric is None:
+        return None
     ev = gather(report, rule)
-    if isinstance(ev, GateResult) or is_fact(rule.rhs) or "." in rule.metric:
+    if isinstance(ev, GateResult):  # nothing to weigh: the verdict fails it closed
         return None
-    metric = METRICS.get(rule.metric)
-    if metric.observation:
-        return None
-    ds = ev.ds
-    bounded = metric.fmt == "rate"
-    if n_to_hold(ds, bounded, alpha, margin) is None and n_to_fail(ds, metric.binary, alpha) is None:
+    ds, bounded = ev.ds, metric.bounded
+    if n_to_hold(ds, bounded, alpha, margin, binary=metric.binary) is None and (
+        n_to_fail(ds, metric.binary, alpha) is None
+    ):
         return None  # at these rates no n holds it within the margin nor shows it worse
     values = sorted(set(ds))
     shares = [ds.count(v) / len(ds) for v in values]

@@ -209,11 +209,11 @@ def shard_rules(reports: Sequence[AuditReport]) -> list[str]:
     """Every rule any shard was gated with, in first-seen order: a merge decides each on the union of the
     sessions, so no rule a shard was held to is left undecided (the pseudo-rule for errored states is
     added again by ``gate.evaluate`` when the union has one)."""
-    from eu_audit.gate import ERRORED_RULE
+    from eu_audit.gate import gated_rules
 
     out: list[str] = []
     for r in reports:
-        out += [g.rule for g in r.gates if g.rule != ERRORED_RULE and g.rule not in out]
+        out += [rule for rule in gated_rules(r) if rule not in out]
     return out
 
 

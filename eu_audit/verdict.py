@@ -336,12 +336,19 @@ def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> G
         return ev
     if is_fact(rule.rhs):
         return _fact(rule, ev)
-    if "." in rule.metric:  # a channel against the floor (``gate.parse_rule``): z where B5 had none
-        return _observed(rule, ev)
-    metric = METRICS.get(rule.metric)
-    if metric.observation:
+    metric = weighed_metric(rule)
+    if metric is None:
         return _observed(rule, ev)
     return _weigh(report, rule, metric, ev, alpha, margin)
+
+
+def weighed_metric(rule: Rule) -> Metric | None:
+    """The metric a rule against the floor is weighed on (``weigh``); None for a fact, a channel (z where
+    B5 had none: ``gate.parse_rule``) or an observation, which one session decides."""
+    if is_fact(rule.rhs) or "." in rule.metric:
+        return None
+    metric = METRICS.get(rule.metric)
+    return None if metric.observation else metric
 
 
 def _each_session(rule: Rule, ev: Evidence, broken: int, test: str, broke: str, met: str) -> GateResult:
@@ -401,7 +408,7 @@ def _weigh(
     ds, n = ev.ds, len(ev.ds)
     mean = sum(ds) / n
     tol = margin if rule.rhs == "floor" else 0.0
-    bounded = metric.fmt == "rate"
+    bounded = metric.bounded
     w = weigh(ds, metric.binary, bounded, alpha, tol)
     p, bound = w.p, w.bound
     against = "the floor" if rule.rhs == "floor" else rule.rhs

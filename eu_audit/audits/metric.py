@@ -46,6 +46,11 @@ class Metric:
     #: session where the method holds more of it than the floor's state is a failure at any n
     observation: bool = False
 
+    @property
+    def bounded(self) -> bool:
+        """Its values lie in [0, 1] (a rate): the verdict's bound for it needs no distribution."""
+        return self.fmt == "rate"
+
     def format(self, value: float | None) -> str:
         if value is None:
             return "-"

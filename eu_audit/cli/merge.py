@@ -65,10 +65,10 @@ def merge(
     if junit_path is not None:
         check_output_path(junit_path, force=force)
     from eu_audit.audits.metric import side_of
-    from eu_audit.gate import ERRORED_RULE, check_rules, expand_gate_sets
+    from eu_audit.gate import check_rules, expand_gate_sets, gated_rules
 
     rep = merge_reports(files)
     rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine)), *(gate or [])]
-    rules = rules or [g.rule for g in rep.gates if g.rule != ERRORED_RULE]  # the shards' own, on the union
+    rules = rules or gated_rules(rep)  # the shards' own, decided on the union
     check_rules(rules, rep.methods, rep.suites)
     apply_gates(rep, rules, (out_path, junit_path, None), on_inconclusive)

@@ -80,17 +80,16 @@ def power(
                if planned else f"; no n up to {MAX_PLAN_N} decides {chance:.0%} of fresh runs"),
         )  # fmt: skip
         return
-    from eu_audit.gate import ERRORED_RULE, check_rules, default_rules, evaluate, parse_rule
+    from eu_audit.gate import check_rules, default_rules, evaluate, gated_rules
     from eu_audit.power import plan_rule
     from eu_audit.shards import read_audits, shard_audits
 
     rep = read_audits(shard_audits(pilot) if pilot.is_dir() else [pilot])
-    rules = gate or [g.rule for g in rep.gates if g.rule != ERRORED_RULE] or default_rules(rep)
-    check_rules(rules, rep.methods, rep.suites)
+    rules = gate or gated_rules(rep) or default_rules(rep)
+    parsed = {r.text: r for r in check_rules(rules, rep.methods, rep.suites)}
     table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))
     for col in ("rule", "now", "n now", "n at the pilot's rates", f"n deciding {chance:.0%} of runs", "test"):
         table.add_column(col)
-    parsed = {r.text: r for r in (parse_rule(x) for x in rules)}
     for g in evaluate(rep, rules, alpha=alpha, margin=margin):
         decide = fresh = "-"
         if g.outcome == "inconclusive":
