@@ -183,6 +183,46 @@ def test_exact_mcnemar_one_sided_and_wilcoxon_one_sided_match_their_documented_v
     assert worse_p([float(x) for x in d], binary=False) == pytest.approx(0.0206298828125)
 
 
+def test_a_rate_worse_by_a_little_in_most_sessions_and_better_by_a_lot_in_a_few_is_not_failed() -> None:
+    """Mean difference 0: not worse on average. Wilcoxon's signed-rank test (scipy), which assumes the
+    differences symmetric, calls it significantly worse; the verdict's test for a rate does not."""
+    from scipy.stats import wilcoxon
+
+    ds = [0.1] * 18 + [-0.9] * 2
+    assert sum(ds) == pytest.approx(0.0)
+    assert wilcoxon(ds, alternative="greater").pvalue < 0.01
+    assert worse_p(ds, binary=False, bounded=True) == 1.0
+    assert worse_p(ds, binary=False, bounded=False) < 0.01  # an unbounded metric keeps Wilcoxon
+
+
+def test_a_rate_not_worse_on_average_is_failed_in_at_most_alpha_of_runs() -> None:
+    """The fail side's error rate, exact over the binomial (scipy): a difference of +a with probability
+    1 / (1 + a), else -1, has mean 0; whatever a and n, "failed" comes out in at most alpha of runs."""
+    from scipy.stats import binom
+
+    for a in (0.05, 0.2, 1.0):
+        q = 1 / (1 + a)
+        for n in (10, 30, 60):
+            failed = [worse_p([a] * k + [-1.0] * (n - k), False, True) < 0.05 for k in range(n + 1)]
+            assert sum(binom.pmf(k, n, q) for k, f in enumerate(failed) if f) <= 0.05
+
+
+def test_the_betting_test_is_markovs_inequality_on_the_averaged_wealth() -> None:
+    """Every session worse by 0.5: half the stake all in grows by 1.5 per session, half at half by 1.25;
+    p = 1 / wealth, which first passes 1 / alpha = 20 at n = 9."""
+    from eu_audit.verdict import n_to_fail
+
+    def wealth(n: int) -> float:
+        return (1.5**n + 1.25**n) / 2
+
+    for n in (5, 9, 20):
+        assert worse_p([0.5] * n, binary=False, bounded=True) == pytest.approx(min(1.0, 1 / wealth(n)))
+    assert wealth(8) < 20 <= wealth(9)
+    assert n_to_fail([0.5, 0.5], False, 0.05, bounded=True) == 9
+    # a session better by the whole range costs the all-in bet everything and the other half its stake
+    assert worse_p([0.5] * 40 + [-1.0], False, True) == pytest.approx(1 / (1.25**40 * 0.5 / 2))
+
+
 def test_a_rule_at_exactly_the_margin_is_held_in_at_most_alpha_of_runs() -> None:
     """The hold's error rate, computed exactly over the binomial (scipy): the method worse than the floor in
     10% of sessions, margin 0.1. With a t bound beside Clopper-Pearson, one worse session in 31 gave a

@@ -150,7 +150,8 @@ def audit(
     <states>.audit-progress.jsonl: run the same command again after an interruption and it resumes.
 
     Each --gate is held, failed or inconclusive: against the floor, failed when the method is
-    significantly worse (one-sided exact McNemar / Wilcoxon at --alpha), held when the upper confidence
+    significantly worse at --alpha (one-sided, by the metric: exact McNemar on 0/1 outcomes, a betting
+    test on rates, Wilcoxon on counts and seconds), held when the upper confidence
     bound of its difference is within --margin, inconclusive otherwise (with the n that would decide);
     X==0 on a residue or leak is a fact: one session with z fails it. `eu-audit power` sizes a run.
     [bold]--gate-set forget[/] is the recommended rule list, written once (the README's CI recipe uses it).
