@@ -297,6 +297,12 @@ def write_report(
     lines = [f"# {title}", ""]
     if notes_text:
         lines += [notes_text.strip(), ""]
+    if len(origins) > 1:  # allowed, and said where a reader sees it, not only in the rows
+        listed = "; ".join(f"{k}: {', '.join(Path(x).name for x in v)}" for k, v in origins.items())
+        lines += [
+            f"**Inputs from more than one model, engine or commit** (made with `--allow-mixed`): {listed}.",
+            "",
+        ]
     if audits:
         lines += ["## Audits", ""]
         for a in sources:

@@ -24,3 +24,17 @@ def test_a_committed_report_makes_itself_again_byte_for_byte_from_its_rows(
 ) -> None:
     made = regenerate(folder, tmp_path / "again")
     assert made.read_bytes() == (folder / "report.md").read_bytes()
+
+
+def test_a_report_from_audits_made_at_different_commits_needs_allow_mixed_and_says_so(tmp_path: Path) -> None:
+    """Shards audited at two commits (their bundles gone, so not re-auditable at one): refused without
+    --allow-mixed, and with it the report names each commit and its inputs where a reader sees them."""
+    from eu_audit.errors import BadInput
+    from eu_audit.report import write_report
+
+    shards = REPORTS / "agents" / "letta-n10" / "rows" / "audits" / "shards"
+    with pytest.raises(BadInput, match="different models, engines or commits"):
+        write_report([], [shards], tmp_path / "strict", "t", None)
+    text = write_report([], [shards], tmp_path / "mixed", "t", None, allow_mixed=True).read_text()
+    line = next(x for x in text.splitlines() if x.startswith("**Inputs from more than one"))
+    assert "commit 932954183755: audit-shard-1.json" in line and "audit-shard-5.json" in line
