@@ -27,14 +27,23 @@ def test_a_committed_report_makes_itself_again_byte_for_byte_from_its_rows(
 
 
 def test_a_report_from_audits_made_at_different_commits_needs_allow_mixed_and_says_so(tmp_path: Path) -> None:
-    """Shards audited at two commits (their bundles gone, so not re-auditable at one): refused without
-    --allow-mixed, and with it the report names each commit and its inputs where a reader sees them."""
+    """Shards audited at two commits (an earlier one's bundle gone, so not re-auditable at one): refused
+    without --allow-mixed, and with it the report names each commit and its inputs where a reader sees
+    them."""
+    import json
+
     from eu_audit.errors import BadInput
     from eu_audit.report import write_report
 
     shards = REPORTS / "agents" / "letta-n10" / "rows" / "audits" / "shards"
+    audits = []
+    for i, commit in ((1, "aaaaaaaaaaaa"), (2, "bbbbbbbbbbbb")):
+        audit = json.loads((shards / f"audit-shard-{i}.json").read_text())
+        audit["tool_commit"] = commit
+        audits.append(tmp_path / f"audit-{i}.json")
+        audits[-1].write_text(json.dumps(audit))
     with pytest.raises(BadInput, match="different models, engines or commits"):
-        write_report([], [shards], tmp_path / "strict", "t", None)
-    text = write_report([], [shards], tmp_path / "mixed", "t", None, allow_mixed=True).read_text()
+        write_report([], audits, tmp_path / "strict", "t", None)
+    text = write_report([], audits, tmp_path / "mixed", "t", None, allow_mixed=True).read_text()
     line = next(x for x in text.splitlines() if x.startswith("**Inputs from more than one"))
-    assert "commit 932954183755: audit-shard-1.json" in line and "audit-shard-5.json" in line
+    assert "commit aaaaaaaaaaaa: audit-1.json" in line and "commit bbbbbbbbbbbb: audit-2.json" in line
