@@ -115,7 +115,7 @@ def plan_rule(
         return None
     ds, bounded = ev.ds, metric.bounded
     if n_to_hold(ds, bounded, alpha, margin, binary=metric.binary) is None and (
-        n_to_fail(ds, metric.binary, alpha, bounded) is None
+        n_to_fail(ds, metric.binary, alpha, bounded=bounded) is None
     ):
         return None  # at these rates no n holds it within the margin nor shows it worse
     values = sorted(set(ds))

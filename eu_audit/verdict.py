@@ -154,29 +154,49 @@ def betting_p(ds: Sequence[float]) -> float:
     return 1.0 if log_wealth <= 0 else math.exp(-log_wealth)
 
 
-def worse_p(ds: Sequence[float], binary: bool, bounded: bool = False) -> float:
-    """One-sided p that the method is worse (d > 0), by the metric (never by the data): exact McNemar on
-    discordant pairs for 0/1 outcomes, the betting test (``betting_p``) for rates in [0, 1], Wilcoxon
-    signed-rank only for unbounded metrics (counts, seconds), where no test free of assumptions about the
-    distribution exists; 1.0 when no difference is positive."""
-    from scipy.stats import binomtest, wilcoxon
+def mcnemar_p(ds: Sequence[float]) -> float:
+    """Exact McNemar on the discordant pairs of 0/1 outcomes: one-sided p that worse sessions outnumber
+    better ones."""
+    from scipy.stats import binomtest
 
     pos, neg = sum(d > 0 for d in ds), sum(d < 0 for d in ds)
-    if pos == 0:
+    return float(binomtest(pos, pos + neg, 0.5, alternative="greater").pvalue)
+
+
+def wilcoxon_p(ds: Sequence[float]) -> float:
+    """Wilcoxon's signed-rank test, one-sided; it assumes differences symmetric about their centre."""
+    from scipy.stats import wilcoxon
+
+    return float(wilcoxon([d for d in ds if d != 0], alternative="greater").pvalue)
+
+
+@dataclass(frozen=True)
+class WorseTest:
+    name: str  # as a verdict states it
+    p: Callable[[Sequence[float]], float]  # one-sided p that the method is worse, given some d > 0
+
+
+#: the fail side's test for each kind of metric, chosen by the metric and never by the data: 0/1
+#: outcomes, rates in [0, 1], unbounded values (counts, seconds: no test free of assumptions exists)
+WORSE_TESTS = {
+    "binary": WorseTest("exact McNemar (one-sided)", mcnemar_p),
+    "rate": WorseTest("betting test (one-sided)", betting_p),
+    "unbounded": WorseTest("Wilcoxon signed-rank (one-sided)", wilcoxon_p),
+}
+
+
+def worse_test(binary: bool, bounded: bool) -> WorseTest:
+    """The fail side's test for a metric of this kind (``WORSE_TESTS``)."""
+    return WORSE_TESTS["binary" if binary else "rate" if bounded else "unbounded"]
+
+
+def worse_p(ds: Sequence[float], binary: bool, *, bounded: bool) -> float:
+    """One-sided p that the method is worse (d > 0), by the metric's test (``worse_test``); 1.0 when no
+    difference is positive. ``bounded`` has no default: a caller that forgot it would silently get the
+    test that assumes symmetric differences."""
+    if not any(d > 0 for d in ds):
         return 1.0
-    if binary:
-        return float(binomtest(pos, pos + neg, 0.5, alternative="greater").pvalue)
-    if bounded:
-        return betting_p(ds)
-    nonzero = [d for d in ds if d != 0]
-    return float(wilcoxon(nonzero, alternative="greater").pvalue)
-
-
-def worse_test(binary: bool, bounded: bool) -> str:
-    """The name of the test ``worse_p`` runs, as a verdict states it."""
-    if binary:
-        return "exact McNemar (one-sided)"
-    return "betting test (one-sided)" if bounded else "Wilcoxon signed-rank (one-sided)"
+    return worse_test(binary, bounded).p(ds)
 
 
 def n_to_hold(
@@ -230,7 +250,7 @@ def at_shares(ds: Sequence[float], m: int) -> list[float]:
     return [v for v in values for _ in range(counts[v])]
 
 
-def n_to_fail(ds: Sequence[float], binary: bool, alpha: float, bounded: bool = False) -> int | None:
+def n_to_fail(ds: Sequence[float], binary: bool, alpha: float, *, bounded: bool) -> int | None:
     """The smallest n at which the same differences, at their observed shares (``at_shares``), would be
     significantly worse (the test ``worse_p`` runs); None when the method is not worse on average."""
     n = len(ds)
@@ -238,7 +258,7 @@ def n_to_fail(ds: Sequence[float], binary: bool, alpha: float, bounded: bool = F
         return None
 
     def fails(m: int) -> bool:
-        return worse_p(at_shares(ds, m), binary, bounded) < alpha
+        return worse_p(at_shares(ds, m), binary, bounded=bounded) < alpha
 
     lo, hi = n, n
     while not fails(hi):
@@ -441,7 +461,7 @@ class Weighed:
 def weigh(ds: Sequence[float], binary: bool, bounded: bool, alpha: float, margin: float) -> Weighed:
     """Failed when significantly worse, held when the upper bound is within the margin: the one rule
     both a verdict (``decide``) and a plan (``eu_audit.power``) read."""
-    p = worse_p(ds, binary, bounded)
+    p = worse_p(ds, binary, bounded=bounded)
     bound = upper_bound(ds, bounded, alpha, binary=binary)
     if p < alpha:
         return Weighed(p, bound, "failed")
@@ -460,7 +480,7 @@ def _weigh(
     p, bound = w.p, w.bound
     against = "the floor" if rule.rhs == "floor" else rule.rhs
     if w.outcome == "failed":
-        test = worse_test(metric.binary, bounded)
+        test = worse_test(metric.binary, bounded).name
         detail = f"worse than {against} by {mean:+.3g} on average, p = {p:.3g} < alpha {alpha} (n = {n})"
         return _result(rule, "failed", detail, test=test, n=n, p=p)
     if ev.identical and not ev.missing and report.engine in EXACT_ENGINES and all(d <= 0 for d in ds):
@@ -479,7 +499,7 @@ def _weigh(
     if need is not None:
         decide_by = f"at the observed rates n >= {need} would show it held"
     else:
-        need = n_to_fail(ds, metric.binary, alpha, bounded)
+        need = n_to_fail(ds, metric.binary, alpha, bounded=bounded)
         decide_by = "at the observed rates it is not within the margin" + (
             f": n >= {need} would show it failed" if need is not None else ""
         )

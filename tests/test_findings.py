@@ -64,7 +64,8 @@ def test_a_leak_not_yet_significant_is_never_summarised_as_no_string_leak() -> N
     """B0 leaked in 3 of 8 sessions more than its floor (not significant at n = 8) and its samples agree
     with B5's less (agreement, p < 0.05); its actions differ from B5's in 5 of 8 (CAD 0.03 to 0.49, mean
     0.15: not shown worse on average at n = 8 by a test free of assumptions about the distribution, where
-    Wilcoxon's p = 1/32 assumed it symmetric). The summary never says "no string leak" for it."""
+    Wilcoxon's p = 1/32 assumed it symmetric). The summary never says "no string leak" for it; samples
+    unlike B5's put it with the methods that act unlike B5, as CAD does for B4."""
     from eu_audit.audits.output import summary_lines, verdicts
     from eu_audit.gate import evaluate
 
@@ -72,10 +73,11 @@ def test_a_leak_not_yet_significant_is_never_summarised_as_no_string_leak() -> N
     got = {g.rule: g.outcome for g in evaluate(rep, ["b0.leak_any<=floor", "b0.cad<=floor"])}
     assert set(got.values()) == {"inconclusive"}
     v = verdicts(rep)
-    assert v["b0"] == "fails another rule" and v["b2"] == "still leaks" and v["b7"] == "forgets"
+    assert v["b2"] == "still leaks" and v["b7"] == "forgets"
+    assert v["b0"] == "acts unlike the reference"  # its only failed rule: agreement with B5's samples
     assert v["b4"] == "acts unlike the reference"  # CAD +0.69 (6 of 8 sessions): shown at n = 8
     text = "\n".join(summary_lines(rep))
-    assert "not decided at this n): b4" in text
+    assert "not decided at this n): b0, b1, b3, b4, b6, b8" in text
     assert not any(line.startswith("Only stop saying") and "b0" in line for line in summary_lines(rep))
 
 

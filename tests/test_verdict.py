@@ -176,11 +176,11 @@ def test_the_one_sided_t_bound_matches_the_textbook() -> None:
 
 def test_exact_mcnemar_one_sided_and_wilcoxon_one_sided_match_their_documented_values() -> None:
     # 9 discordant pairs against the method, 1 for it: P(X >= 9 | 10, 1/2) = 11 / 1024
-    assert worse_p([1.0] * 9 + [-1.0] + [0.0] * 5, binary=True) == pytest.approx(11 / 1024)
+    assert worse_p([1.0] * 9 + [-1.0] + [0.0] * 5, binary=True, bounded=True) == pytest.approx(11 / 1024)
     # scipy.stats.wilcoxon's documentation example (Cushny and Peebles' differences):
     # alternative='greater' gives p = 0.0206298828125
     d = [6, 8, 14, 16, 23, 24, 28, 29, 41, -48, 49, 56, 60, -67, 75]
-    assert worse_p([float(x) for x in d], binary=False) == pytest.approx(0.0206298828125)
+    assert worse_p([float(x) for x in d], binary=False, bounded=False) == pytest.approx(0.0206298828125)
 
 
 def test_a_rate_worse_by_a_little_in_most_sessions_and_better_by_a_lot_in_a_few_is_not_failed() -> None:
@@ -203,7 +203,7 @@ def test_a_rate_not_worse_on_average_is_failed_in_at_most_alpha_of_runs() -> Non
     for a in (0.05, 0.2, 1.0):
         q = 1 / (1 + a)
         for n in (10, 30, 60):
-            failed = [worse_p([a] * k + [-1.0] * (n - k), False, True) < 0.05 for k in range(n + 1)]
+            failed = [worse_p([a] * k + [-1.0] * (n - k), False, bounded=True) < 0.05 for k in range(n + 1)]
             assert sum(binom.pmf(k, n, q) for k, f in enumerate(failed) if f) <= 0.05
 
 
@@ -220,7 +220,7 @@ def test_the_betting_test_is_markovs_inequality_on_the_averaged_wealth() -> None
     assert wealth(8) < 20 <= wealth(9)
     assert n_to_fail([0.5, 0.5], False, 0.05, bounded=True) == 9
     # a session better by the whole range costs the all-in bet everything and the other half its stake
-    assert worse_p([0.5] * 40 + [-1.0], False, True) == pytest.approx(1 / (1.25**40 * 0.5 / 2))
+    assert worse_p([0.5] * 40 + [-1.0], False, bounded=True) == pytest.approx(1 / (1.25**40 * 0.5 / 2))
 
 
 def test_a_rule_at_exactly_the_margin_is_held_in_at_most_alpha_of_runs() -> None:
@@ -267,7 +267,7 @@ def test_the_n_that_would_decide_does_not_depend_on_the_order_the_sessions_ran_i
     from eu_audit.verdict import at_shares, n_to_fail
 
     orders = ([1.0, 0, 0, 0, 1, 1, 0, 1, 0, 0], [0.0] * 6 + [1.0] * 4, [1.0] * 4 + [0.0] * 6)
-    assert {n_to_fail(ds, True, 0.05) for ds in orders} == {12}
+    assert {n_to_fail(ds, True, 0.05, bounded=True) for ds in orders} == {12}
     # three equal remainders: the one left over goes to the better value
     assert sorted(at_shares([1.0, 0.5, -0.2], 7)) == [-0.2, -0.2, -0.2, 0.5, 0.5, 1.0, 1.0]
 

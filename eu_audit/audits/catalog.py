@@ -86,7 +86,15 @@ def _embed(p: FloorPair) -> float | None:
 # Table 1: leakage
 metric(
     Metric(
-        "leak_probes", "Leak@probes", "low", True, "leaked under any kept elicitation probe", 1, True, True
+        "leak_probes",
+        "Leak@probes",
+        "low",
+        True,
+        "leaked under any kept elicitation probe",
+        1,
+        True,
+        True,
+        shows="behaves",
     )  # over the probes kept after the floor's own leaks are dropped: computed over the run (drop_probes)
 )
 metric(
@@ -100,6 +108,7 @@ metric(
         True,
         True,
         compute=_leak_k,
+        shows="says",
     )
 )
 metric(
@@ -113,6 +122,7 @@ metric(
         True,
         True,
         compute=lambda ev: float(ev.artifacts.any),
+        shows="says",
     )
 )
 metric(
@@ -149,6 +159,7 @@ metric(
         compute=_residue_context,
         sides=BLACK,
         observation=True,
+        shows="keeps",
     )
 )
 metric(
@@ -164,6 +175,7 @@ metric(
         compute=_residue_store,
         sides=BLACK,
         observation=True,
+        shows="keeps",
     )
 )
 # Table 2: actions, utility, cost
@@ -178,6 +190,7 @@ metric(
         True,
         True,
         against_floor=lambda p: cad(p.trace, p.floor_trace, p.trace.session.episode.tau),
+        shows="behaves",
     )
 )
 metric(
@@ -254,7 +267,16 @@ metric(
 # Table 3: behavior and the distribution under sampling
 metric(
     Metric(
-        "avoid", "avoid", "low", False, "rate of picking the other provider", 3, True, True, compute=_avoid
+        "avoid",
+        "avoid",
+        "low",
+        False,
+        "rate of picking the other provider",
+        3,
+        True,
+        True,
+        compute=_avoid,
+        shows="behaves",
     )
 )
 metric(Metric("says_it", "says it", "low", True, "string leakage of the revoked reason", 3, compute=_says_it))
@@ -269,6 +291,7 @@ metric(
         True,
         True,
         against_floor=_agreement,
+        shows="behaves",
     )
 )
 metric(

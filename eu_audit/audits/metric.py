@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 Direction = Literal["low", "high"]  # which way is better: "low" for leakage and divergence
 Format = Literal["rate", "count", "seconds", "distance"]
 Side = Literal["white", "black"]  # a state rebuilt from its cache, or a deployed agent seen from outside
+#: what a failed rule against the floor on this metric says of a method, for the summary's groups: it
+#: still says the target, it acts unlike B5 (probes, samples, actions, choices), it still holds the target
+Shows = Literal["says", "behaves", "keeps"]
 
 
 def side_of(engine: str) -> Side:
@@ -45,6 +48,8 @@ class Metric:
     #: an observation of z in a place (a prompt after the forget, a store row): against the floor, one
     #: session where the method holds more of it than the floor's state is a failure at any n
     observation: bool = False
+    #: the summary group a failed rule on it puts a method in (None: "fails another rule")
+    shows: Shows | None = None
 
     @property
     def bounded(self) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from eu_audit.audits.metric import TABLE_TITLES, Metric, table_metrics
+from eu_audit.audits.metric import METRICS, TABLE_TITLES, Metric, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.errors import BadInput
 from eu_audit.stats import stars
@@ -76,10 +76,9 @@ def tables(report: AuditReport) -> list[Table]:
     return out
 
 
-#: which default rules, failed, put a method in which group of the summary
-SAYS = ("leak_any", "leak5")
-BEHAVES = ("leak_probes", "cad", "avoid")
-KEEPS = ("residue_context", "residue_store")
+def shown_by(shows: str) -> set[str]:
+    """The metrics whose failed rule puts a method in that group of the summary (``Metric.shows``)."""
+    return {m.name for m in METRICS.in_order() if m.shows == shows}
 
 
 def verdicts(report: AuditReport) -> dict[str, str]:
@@ -104,14 +103,15 @@ def verdicts(report: AuditReport) -> dict[str, str]:
         rules = [r for r in default_rules(report, ["all"]) if r.startswith(f"{method}.")]
         got = {parse_rule(g.rule).metric: g.outcome for g in evaluate(report, rules)}
         failed = {m for m, o in got.items() if o == "failed"}
-        says_held = all(got[m] == "held" for m in SAYS if m in got)
+        says = shown_by("says")
+        says_held = all(got[m] == "held" for m in says if m in got)
         out[method] = (
             "still leaks"
-            if failed & set(SAYS)
+            if failed & says
             else ("only stops saying" if says_held else "acts unlike the reference")
-            if failed & set(BEHAVES)
+            if failed & shown_by("behaves")
             else "still holds the target"
-            if failed & set(KEEPS)
+            if failed & shown_by("keeps")
             else "fails another rule"
             if failed
             else "not shown at this n"
@@ -135,13 +135,13 @@ GROUP_SENTENCES = (
     ("fails another rule", "Fail a rule against the floor"),
     (
         "only stops saying",
-        "Only stop saying (no string leak, shown at this n; but probes, actions or choices still differ "
-        "from B5)",
+        "Only stop saying (no string leak, shown at this n; but probes, samples, actions or choices still "
+        "differ from B5)",
     ),
     (
         "acts unlike the reference",
-        "Act unlike B5 (probes, actions or choices differ from B5; whether they still say the target is "
-        "not decided at this n)",
+        "Act unlike B5 (probes, samples, actions or choices differ from B5; whether they still say the "
+        "target is not decided at this n)",
     ),
     ("still leaks", "Still leak the target in what they say or do"),
     (
