@@ -7,7 +7,7 @@ and versions (from the sweep's ``sweep.json`` or the audit report), and the pape
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
@@ -260,6 +260,11 @@ def _origin(audits: list[AuditSource], sweeps: list[Path]) -> dict[str, list[str
     return out
 
 
+def _listed(origins: dict[str, list[str]], show: Callable[[str], str]) -> str:
+    """Each origin and its inputs, as the refusal and the report's mixed-input line state them."""
+    return "; ".join(f"{k}: {', '.join(show(x) for x in v)}" for k, v in origins.items())
+
+
 def _sweep_manifest(folder: Path) -> dict[str, Any]:
     manifest_path = folder / "sweep.json"
     if not manifest_path.is_file():
@@ -290,7 +295,7 @@ def write_report(
         check_input_file(f)
     origins = _origin(sources, sweeps)
     if len(origins) > 1 and not allow_mixed:
-        listed = "; ".join(f"{k}: {', '.join(v)}" for k, v in origins.items())
+        listed = _listed(origins, str)  # full paths: the user is to find and fix the inputs
         raise BadInput(f"the inputs come from different models, engines or commits ({listed}); --allow-mixed")
     notes_text = notes.read_text() if isinstance(notes, Path) else notes
     out.mkdir(parents=True, exist_ok=True)
@@ -298,7 +303,7 @@ def write_report(
     if notes_text:
         lines += [notes_text.strip(), ""]
     if len(origins) > 1:  # allowed, and said where a reader sees it, not only in the rows
-        listed = "; ".join(f"{k}: {', '.join(Path(x).name for x in v)}" for k, v in origins.items())
+        listed = _listed(origins, lambda x: Path(x).name)  # names: the report is read elsewhere
         lines += [
             f"**Inputs from more than one model, engine or commit** (made with `--allow-mixed`): {listed}.",
             "",
