@@ -33,7 +33,7 @@ class Metric:
     name: str
     label: str  # a short column label
     direction: Direction
-    binary: bool  # a per-state 0/1 outcome (McNemar) or a continuous one (Wilcoxon)
+    binary: bool  # a per-state 0/1 outcome (McNemar) or a continuous one (``verdict.WORSE_TESTS``)
     description: str
     table: int | None = None  # the paper's Table 1 (leakage), 2 (actions, utility, cost), 3 (behavior)
     junit: bool = False  # one JUnit case per method x suite

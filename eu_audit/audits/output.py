@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from eu_audit.audits.metric import METRICS, TABLE_TITLES, Metric, table_metrics
+from eu_audit.audits.metric import METRICS, TABLE_TITLES, Metric, Shows, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.errors import BadInput
 from eu_audit.stats import stars
@@ -76,7 +76,7 @@ def tables(report: AuditReport) -> list[Table]:
     return out
 
 
-def shown_by(shows: str) -> set[str]:
+def shown_by(shows: Shows) -> set[str]:
     """The metrics whose failed rule puts a method in that group of the summary (``Metric.shows``)."""
     return {m.name for m in METRICS.in_order() if m.shows == shows}
 
