@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.findings import PAPER, Finding, judge
 from eu_audit.report import regenerate, write_report
@@ -98,3 +100,25 @@ def test_b8s_finding_is_judged_only_where_b0_routed_z_into_an_identifier_sink() 
         Finding("b8", "blocks", ("b8.tool.routing==0",), "held", given=(("b42.tool.routing==0", "failed"),)),
     )
     assert _verdicts(rep, absent) == {"blocks": "not testable here: b42 not audited"}
+
+
+def test_a_metric_a_user_adds_puts_a_failing_method_in_the_summary_group_it_declares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The summary's groups are read from each metric's declaration (``Metric.shows``), not from a list of
+    our names: B0's agreement values moved to a user's metric put it with the methods that act unlike B5
+    when that metric says "behaves", and under "fails another rule" when it declares nothing."""
+    from dataclasses import replace
+
+    from eu_audit.audits.metric import METRICS
+    from eu_audit.audits.output import verdicts
+
+    rep = read_report(SLICE)
+    for s in rep.states:
+        s.values["mine"] = s.values.pop("agreement", None)
+    mine = replace(METRICS.get("agreement"), name="mine", shows="behaves")
+    monkeypatch.setitem(METRICS._items, "mine", mine)
+    monkeypatch.setitem(METRICS._items, "agreement", replace(METRICS.get("agreement"), junit=False))
+    assert verdicts(rep)["b0"] == "acts unlike the reference"
+    monkeypatch.setitem(METRICS._items, "mine", replace(mine, shows=None))
+    assert verdicts(rep)["b0"] == "fails another rule"
