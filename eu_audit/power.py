@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from eu_audit.audits.metric import Kind
 from eu_audit.audits.model import AuditReport, GateResult
 from eu_audit.verdict import Rule, gather, n_to_fail, n_to_hold, weigh, weighed_metric
 
@@ -39,8 +40,7 @@ def chance_to_decide(
     shares: Sequence[float],
     m: int,
     *,
-    binary: bool,
-    bounded: bool,
+    kind: Kind,
     alpha: float,
     margin: float,
     draws: int = DRAWS,
@@ -57,7 +57,7 @@ def chance_to_decide(
     def decided(key: tuple[int, ...]) -> bool:
         if key not in outcome:
             ds = [v for v, c in zip(values, key, strict=True) for _ in range(c)]
-            outcome[key] = weigh(ds, binary, bounded, alpha, margin).outcome != "inconclusive"
+            outcome[key] = weigh(ds, kind, alpha, margin).outcome != "inconclusive"
         return outcome[key]
 
     if len(values) == 2:
@@ -73,8 +73,7 @@ def n_for_chance(
     values: Sequence[float],
     shares: Sequence[float],
     *,
-    binary: bool,
-    bounded: bool,
+    kind: Kind,
     alpha: float,
     margin: float,
     chance: float = DEFAULT_CHANCE,
@@ -84,7 +83,7 @@ def n_for_chance(
     None when no n up to ``MAX_PLAN_N`` does."""
 
     def enough(m: int) -> bool:
-        got = chance_to_decide(values, shares, m, binary=binary, bounded=bounded, alpha=alpha, margin=margin)
+        got = chance_to_decide(values, shares, m, kind=kind, alpha=alpha, margin=margin)
         return got >= chance
 
     lo, hi = 1, 2
@@ -113,16 +112,12 @@ def plan_rule(
     ev = gather(report, rule)
     if isinstance(ev, GateResult):  # nothing to weigh: the verdict fails it closed
         return None
-    ds, bounded = ev.ds, metric.bounded
-    if n_to_hold(ds, bounded, alpha, margin, binary=metric.binary) is None and (
-        n_to_fail(ds, metric.binary, alpha, bounded=bounded) is None
-    ):
+    ds, kind = ev.ds, metric.kind
+    if n_to_hold(ds, kind, alpha, margin) is None and n_to_fail(ds, kind, alpha) is None:
         return None  # at these rates no n holds it within the margin nor shows it worse
     values = sorted(set(ds))
     shares = [ds.count(v) / len(ds) for v in values]
-    return n_for_chance(
-        values, shares, binary=metric.binary, bounded=bounded, alpha=alpha, margin=margin, chance=chance
-    )
+    return n_for_chance(values, shares, kind=kind, alpha=alpha, margin=margin, chance=chance)
 
 
 def plan_share(
@@ -131,6 +126,5 @@ def plan_share(
     """Without a pilot: the n at which a 0/1 rule against the floor is decided with ``chance`` when each
     session is worse than the floor with probability ``worse_share`` (and never better)."""
     return n_for_chance(
-        [0.0, 1.0], [1 - worse_share, worse_share], binary=True, bounded=True, alpha=alpha, margin=margin,
-        chance=chance,
-    )  # fmt: skip
+        [0.0, 1.0], [1 - worse_share, worse_share], kind="binary", alpha=alpha, margin=margin, chance=chance
+    )

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
-from eu_audit.audits.metric import METRICS, Metric
+from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 
 #: engines whose replays are exact (the canonical schedule): equal states there are a fact
@@ -63,17 +63,23 @@ def clopper_pearson_upper(k: int, n: int, alpha: float) -> float:
     return float(proportion_confint(k, n, alpha=2 * alpha, method="beta")[1])
 
 
-def t_upper(ds: Sequence[float], alpha: float) -> float | None:
+def t_at(ds: Sequence[float], m: int, alpha: float) -> float | None:
+    """The one-sided t bound of the mean at ``m`` sessions with the observed mean and spread; None with
+    fewer than 2 sessions or no spread (no t bound exists then)."""
     from scipy.stats import t
 
     n = len(ds)
-    if n < 2:
+    if n < 2 or m < 2:
         return None
     mean = sum(ds) / n
     var = sum((d - mean) ** 2 for d in ds) / (n - 1)
     if var == 0:
         return None
-    return float(mean + t.ppf(1 - alpha, n - 1) * math.sqrt(var / n))
+    return float(mean + t.ppf(1 - alpha, m - 1) * math.sqrt(var / m))
+
+
+def t_upper(ds: Sequence[float], alpha: float) -> float | None:
+    return t_at(ds, len(ds), alpha)
 
 
 def kl_upper(mean: float, n: int, alpha: float) -> float:
@@ -93,31 +99,6 @@ def kl_upper(mean: float, n: int, alpha: float) -> float:
 
     hi = 1 - 1e-15
     return 1.0 if kl(hi) < 0 else float(brentq(kl, x, hi, xtol=1e-12))
-
-
-def upper_bound(ds: Sequence[float], bounded: bool, alpha: float, *, binary: bool = False) -> Bound | None:
-    """A one-sided upper bound of the mean worse-difference, chosen by the metric (never by the data), and
-    valid at every n for the two bounded kinds:
-
-    - 0/1 outcomes (``binary``): Clopper-Pearson on the share of sessions where the method is worse (the
-      mean is at most that share: d <= 1), exact;
-    - values in [0, 1] (``bounded``): Hoeffding's bound on the mean of the worse part max(d, 0), valid for
-      any distribution there;
-    - anything else (counts, seconds, distances): the one-sided t bound, asymptotic (no exact bound exists
-      for an unbounded metric without assuming its distribution), n >= 2 and differences not all equal.
-
-    A t bound on skewed 0/1 data is not valid: at a worse share of exactly the margin 0.1, "held" came out in
-    up to 17% of runs (n = 31) at alpha 0.05, so a bounded metric never uses it."""
-    n = len(ds)
-    if n == 0:
-        return None
-    if binary:
-        worse = sum(d > 0 for d in ds)
-        return Bound(clopper_pearson_upper(worse, n, alpha), "Clopper-Pearson on sessions worse")
-    if bounded:
-        return Bound(kl_upper(sum(max(d, 0.0) for d in ds) / n, n, alpha), "Hoeffding on the worse part")
-    t_bound = t_upper(ds, alpha)
-    return Bound(t_bound, "one-sided t") if t_bound is not None else None
 
 
 #: the bets of ``betting_p``, fixed before any data: half the stake all in (the most a rate's d >= -1
@@ -170,65 +151,85 @@ def wilcoxon_p(ds: Sequence[float]) -> float:
     return float(wilcoxon([d for d in ds if d != 0], alternative="greater").pvalue)
 
 
+def worse_share(ds: Sequence[float]) -> float:
+    return sum(d > 0 for d in ds) / len(ds)
+
+
+def worse_part(ds: Sequence[float]) -> float:
+    return sum(max(d, 0.0) for d in ds) / len(ds)
+
+
 @dataclass(frozen=True)
-class WorseTest:
-    name: str  # as a verdict states it
-    p: Callable[[Sequence[float]], float]  # one-sided p that the method is worse, given some d > 0
+class Tests:
+    """A verdict's two tests for one kind of metric (``Metric.kind``), chosen by the metric and never by
+    the data: the fail side's one-sided test that the method is worse, and the hold side's one-sided upper
+    bound of the mean worse-difference."""
+
+    worse: str  # the fail side's test, as a verdict states it
+    worse_p: Callable[[Sequence[float]], float]  # one-sided p that the method is worse, given some d > 0
+    bound: str  # the hold side's bound, as a verdict states it
+    #: the bound at m sessions with the observed rates (at m = n: the bound of the data); None: no bound
+    bound_at: Callable[[Sequence[float], int, float], float | None]
 
 
-#: the fail side's test for each kind of metric, chosen by the metric and never by the data: 0/1
-#: outcomes, rates in [0, 1], unbounded values (counts, seconds: no test free of assumptions exists)
-WORSE_TESTS = {
-    "binary": WorseTest("exact McNemar (one-sided)", mcnemar_p),
-    "rate": WorseTest("betting test (one-sided)", betting_p),
-    "unbounded": WorseTest("Wilcoxon signed-rank (one-sided)", wilcoxon_p),
+#: each kind's tests. 0/1 outcomes: exact McNemar, and Clopper-Pearson on the share of sessions where the
+#: method is worse (the mean is at most that share: d <= 1), exact. Rates in [0, 1]: the betting test, and
+#: Hoeffding's bound on the mean of the worse part max(d, 0), both valid for any distribution there.
+#: Unbounded values (counts, seconds, distances: no test free of assumptions exists): Wilcoxon, and the
+#: one-sided t bound, asymptotic. A t bound on skewed 0/1 data is not valid (at a worse share of exactly
+#: the margin 0.1, "held" came out in up to 17% of runs at n = 31, alpha 0.05), so no bounded kind uses it.
+TESTS: dict[Kind, Tests] = {
+    "binary": Tests(
+        "exact McNemar (one-sided)",
+        mcnemar_p,
+        "Clopper-Pearson on sessions worse",
+        lambda ds, m, alpha: clopper_pearson_upper(round(worse_share(ds) * m), m, alpha),
+    ),
+    "rate": Tests(
+        "betting test (one-sided)",
+        betting_p,
+        "Hoeffding on the worse part",
+        lambda ds, m, alpha: kl_upper(worse_part(ds), m, alpha),
+    ),
+    "unbounded": Tests("Wilcoxon signed-rank (one-sided)", wilcoxon_p, "one-sided t", t_at),
 }
 
 
-def worse_test(binary: bool, bounded: bool) -> WorseTest:
-    """The fail side's test for a metric of this kind (``WORSE_TESTS``)."""
-    return WORSE_TESTS["binary" if binary else "rate" if bounded else "unbounded"]
+def upper_bound(ds: Sequence[float], kind: Kind, alpha: float) -> Bound | None:
+    """The one-sided upper bound of the mean worse-difference for this kind of metric (``TESTS``); None
+    with no sessions, or for an unbounded metric below n = 2 or with differences all equal."""
+    if not ds:
+        return None
+    tests = TESTS[kind]
+    value = tests.bound_at(ds, len(ds), alpha)
+    return None if value is None else Bound(value, tests.bound)
 
 
-def worse_p(ds: Sequence[float], binary: bool, *, bounded: bool) -> float:
-    """One-sided p that the method is worse (d > 0), by the metric's test (``worse_test``); 1.0 when no
-    difference is positive. ``bounded`` has no default: a caller that forgot it would silently get the
-    test that assumes symmetric differences."""
+def worse_p(ds: Sequence[float], kind: Kind) -> float:
+    """One-sided p that the method is worse (d > 0), by its kind's test (``TESTS``); 1.0 when no
+    difference is positive."""
     if not any(d > 0 for d in ds):
         return 1.0
-    return worse_test(binary, bounded).p(ds)
+    return TESTS[kind].worse_p(ds)
 
 
-def n_to_hold(
-    ds: Sequence[float], bounded: bool, alpha: float, margin: float, *, binary: bool = False
-) -> int | None:
+def n_to_hold(ds: Sequence[float], kind: Kind, alpha: float, margin: float) -> int | None:
     """The smallest n at which, at the observed rates (the same share of worse sessions, mean of the worse
     part, mean and spread), the bound (``upper_bound``) would be within the margin; None when no n would."""
-    n = len(ds)
-    if n == 0:
+    if not ds:
         return None
-    mean = sum(ds) / n
-    share = sum(d > 0 for d in ds) / n
-    worse_part = sum(max(d, 0.0) for d in ds) / n
-    var = sum((d - mean) ** 2 for d in ds) / (n - 1) if n > 1 else 0.0
-    if (worse_part if bounded else mean) >= margin or (not bounded and var == 0):
-        return None
+    bound_at = TESTS[kind].bound_at
 
     def holds(m: int) -> bool:
-        if binary:
-            return clopper_pearson_upper(round(share * m), m, alpha) <= margin
-        if bounded:
-            return kl_upper(worse_part, m, alpha) <= margin
-        from scipy.stats import t
+        b = bound_at(ds, m, alpha)
+        return b is not None and b <= margin
 
-        return mean + float(t.ppf(1 - alpha, m - 1)) * math.sqrt(var / m) <= margin
-
-    lo, hi = max(n, 2), max(n, 2)
+    if not holds(MAX_N):  # the bound shrinks with n: past MAX_N no practical run holds it
+        return None
+    lo = hi = max(len(ds), 2)
     while not holds(hi):
-        if hi >= MAX_N:
-            return None
         lo, hi = hi, min(hi * 2, MAX_N)
-    while lo < hi:  # the smallest n that holds, by bisection (the bound shrinks with n)
+    while lo < hi:  # the smallest n that holds, by bisection
         mid = (lo + hi) // 2
         if holds(mid):
             hi = mid
@@ -250,7 +251,7 @@ def at_shares(ds: Sequence[float], m: int) -> list[float]:
     return [v for v in values for _ in range(counts[v])]
 
 
-def n_to_fail(ds: Sequence[float], binary: bool, alpha: float, *, bounded: bool) -> int | None:
+def n_to_fail(ds: Sequence[float], kind: Kind, alpha: float) -> int | None:
     """The smallest n at which the same differences, at their observed shares (``at_shares``), would be
     significantly worse (the test ``worse_p`` runs); None when the method is not worse on average."""
     n = len(ds)
@@ -258,7 +259,7 @@ def n_to_fail(ds: Sequence[float], binary: bool, alpha: float, *, bounded: bool)
         return None
 
     def fails(m: int) -> bool:
-        return worse_p(at_shares(ds, m), binary, bounded=bounded) < alpha
+        return worse_p(at_shares(ds, m), kind) < alpha
 
     lo, hi = n, n
     while not fails(hi):
@@ -458,11 +459,11 @@ class Weighed:
     outcome: str  # failed (p < alpha), held (the bound within the margin) or inconclusive
 
 
-def weigh(ds: Sequence[float], binary: bool, bounded: bool, alpha: float, margin: float) -> Weighed:
+def weigh(ds: Sequence[float], kind: Kind, alpha: float, margin: float) -> Weighed:
     """Failed when significantly worse, held when the upper bound is within the margin: the one rule
     both a verdict (``decide``) and a plan (``eu_audit.power``) read."""
-    p = worse_p(ds, binary, bounded=bounded)
-    bound = upper_bound(ds, bounded, alpha, binary=binary)
+    p = worse_p(ds, kind)
+    bound = upper_bound(ds, kind, alpha)
     if p < alpha:
         return Weighed(p, bound, "failed")
     held = bound is not None and bound.value <= margin
@@ -475,12 +476,11 @@ def _weigh(
     ds, n = ev.ds, len(ev.ds)
     mean = sum(ds) / n
     tol = margin if rule.rhs == "floor" else 0.0
-    bounded = metric.bounded
-    w = weigh(ds, metric.binary, bounded, alpha, tol)
+    w = weigh(ds, metric.kind, alpha, tol)
     p, bound = w.p, w.bound
     against = "the floor" if rule.rhs == "floor" else rule.rhs
     if w.outcome == "failed":
-        test = worse_test(metric.binary, bounded).name
+        test = TESTS[metric.kind].worse
         detail = f"worse than {against} by {mean:+.3g} on average, p = {p:.3g} < alpha {alpha} (n = {n})"
         return _result(rule, "failed", detail, test=test, n=n, p=p)
     if ev.identical and not ev.missing and report.engine in EXACT_ENGINES and all(d <= 0 for d in ds):
@@ -495,11 +495,11 @@ def _weigh(
             f"(n = {n})"
         )
         return _result(rule, "held", detail, test=bound.test, n=n, p=p, interval=(None, bound.value))
-    need = n_to_hold(ds, bounded, alpha, tol, binary=metric.binary)
+    need = n_to_hold(ds, metric.kind, alpha, tol)
     if need is not None:
         decide_by = f"at the observed rates n >= {need} would show it held"
     else:
-        need = n_to_fail(ds, metric.binary, alpha, bounded=bounded)
+        need = n_to_fail(ds, metric.kind, alpha)
         decide_by = "at the observed rates it is not within the margin" + (
             f": n >= {need} would show it failed" if need is not None else ""
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.metric import METRICS, Kind
 from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.audits.output import junit_xml, summary_lines
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
@@ -176,11 +177,11 @@ def test_the_one_sided_t_bound_matches_the_textbook() -> None:
 
 def test_exact_mcnemar_one_sided_and_wilcoxon_one_sided_match_their_documented_values() -> None:
     # 9 discordant pairs against the method, 1 for it: P(X >= 9 | 10, 1/2) = 11 / 1024
-    assert worse_p([1.0] * 9 + [-1.0] + [0.0] * 5, binary=True, bounded=True) == pytest.approx(11 / 1024)
+    assert worse_p([1.0] * 9 + [-1.0] + [0.0] * 5, "binary") == pytest.approx(11 / 1024)
     # scipy.stats.wilcoxon's documentation example (Cushny and Peebles' differences):
     # alternative='greater' gives p = 0.0206298828125
     d = [6, 8, 14, 16, 23, 24, 28, 29, 41, -48, 49, 56, 60, -67, 75]
-    assert worse_p([float(x) for x in d], binary=False, bounded=False) == pytest.approx(0.0206298828125)
+    assert worse_p([float(x) for x in d], "unbounded") == pytest.approx(0.0206298828125)
 
 
 def test_a_rate_worse_by_a_little_in_most_sessions_and_better_by_a_lot_in_a_few_is_not_failed() -> None:
@@ -191,8 +192,8 @@ def test_a_rate_worse_by_a_little_in_most_sessions_and_better_by_a_lot_in_a_few_
     ds = [0.1] * 18 + [-0.9] * 2
     assert sum(ds) == pytest.approx(0.0)
     assert wilcoxon(ds, alternative="greater").pvalue < 0.01
-    assert worse_p(ds, binary=False, bounded=True) == 1.0
-    assert worse_p(ds, binary=False, bounded=False) < 0.01  # an unbounded metric keeps Wilcoxon
+    assert worse_p(ds, "rate") == 1.0
+    assert worse_p(ds, "unbounded") < 0.01  # an unbounded metric keeps Wilcoxon
 
 
 def test_a_rate_not_worse_on_average_is_failed_in_at_most_alpha_of_runs() -> None:
@@ -203,7 +204,7 @@ def test_a_rate_not_worse_on_average_is_failed_in_at_most_alpha_of_runs() -> Non
     for a in (0.05, 0.2, 1.0):
         q = 1 / (1 + a)
         for n in (10, 30, 60):
-            failed = [worse_p([a] * k + [-1.0] * (n - k), False, bounded=True) < 0.05 for k in range(n + 1)]
+            failed = [worse_p([a] * k + [-1.0] * (n - k), "rate") < 0.05 for k in range(n + 1)]
             assert sum(binom.pmf(k, n, q) for k, f in enumerate(failed) if f) <= 0.05
 
 
@@ -216,11 +217,11 @@ def test_the_betting_test_is_markovs_inequality_on_the_averaged_wealth() -> None
         return (1.5**n + 1.25**n) / 2
 
     for n in (5, 9, 20):
-        assert worse_p([0.5] * n, binary=False, bounded=True) == pytest.approx(min(1.0, 1 / wealth(n)))
+        assert worse_p([0.5] * n, "rate") == pytest.approx(min(1.0, 1 / wealth(n)))
     assert wealth(8) < 20 <= wealth(9)
-    assert n_to_fail([0.5, 0.5], False, 0.05, bounded=True) == 9
+    assert n_to_fail([0.5, 0.5], "rate", 0.05) == 9
     # a session better by the whole range costs the all-in bet everything and the other half its stake
-    assert worse_p([0.5] * 40 + [-1.0], False, bounded=True) == pytest.approx(1 / (1.25**40 * 0.5 / 2))
+    assert worse_p([0.5] * 40 + [-1.0], "rate") == pytest.approx(1 / (1.25**40 * 0.5 / 2))
 
 
 def test_a_rule_at_exactly_the_margin_is_held_in_at_most_alpha_of_runs() -> None:
@@ -232,15 +233,12 @@ def test_a_rule_at_exactly_the_margin_is_held_in_at_most_alpha_of_runs() -> None
 
     from eu_audit.verdict import weigh
 
-    def p_held(n: int, binary: bool) -> float:
-        held = (
-            weigh([1.0] * k + [0.0] * (n - k), binary, True, 0.05, 0.1).outcome == "held"
-            for k in range(n + 1)
-        )
+    def p_held(n: int, kind: Kind) -> float:
+        held = (weigh([1.0] * k + [0.0] * (n - k), kind, 0.05, 0.1).outcome == "held" for k in range(n + 1))
         return float(sum(binom.pmf(k, n, 0.1) for k, h in enumerate(held) if h))
 
     for n in (31, 61):  # where the t bound erred most, and the worst n of the exact bound
-        assert p_held(n, binary=True) <= 0.05 and p_held(n, binary=False) <= 0.05
+        assert p_held(n, "binary") <= 0.05 and p_held(n, "rate") <= 0.05
 
 
 def test_hoeffdings_bound_solves_its_own_equation_and_is_clopper_pearson_at_zero() -> None:
@@ -253,10 +251,30 @@ def test_hoeffdings_bound_solves_its_own_equation_and_is_clopper_pearson_at_zero
     assert mu > x and n * kl == pytest.approx(math.log(20))
 
 
+def test_the_n_that_would_hold_is_where_the_verdicts_own_bound_first_falls_within_the_margin() -> None:
+    """One bound per kind of metric, read by the verdict and by its "n that would decide" alike."""
+    from eu_audit.verdict import TESTS, n_to_hold
+
+    binary = [0.0] * 9 + [1.0]
+    assert n_to_hold(binary, "binary", 0.05, 0.1) is None  # worse in 1 of 10 is not within 0.1 at any n
+    pilots: list[tuple[Kind, list[float], float]] = [
+        ("binary", binary, 0.2),
+        ("rate", [0.0] * 8 + [0.2, 0.1], 0.1),
+        ("unbounded", [0.2, -0.1, 0.15, -0.05, 0.05], 0.1),
+    ]
+    for kind, ds, margin in pilots:
+        need, at, n = n_to_hold(ds, kind, 0.05, margin), TESTS[kind].bound_at, len(ds)
+        assert need is not None and need > n and at(ds, n, 0.05) > margin  # the pilot itself does not hold
+        assert at(ds, need, 0.05) <= margin < at(ds, need - 1, 0.05)  # type: ignore[operator]
+    # scipy's beta quantile, the textbook Clopper-Pearson: 4 of 43 worse bounds at 0.2004, 4 of 44 at 0.196
+    assert n_to_hold(binary, "binary", 0.05, 0.2) == 44
+    assert {m.kind for m in METRICS.in_order()} <= set(TESTS)  # every metric's kind has its tests
+
+
 def test_equal_at_n_1_is_never_a_hold() -> None:
-    bound = upper_bound([0.0], bounded=True, alpha=0.05)
+    bound = upper_bound([0.0], "rate", alpha=0.05)
     assert bound is not None and bound.value == pytest.approx(0.95)  # one identical pair bounds nothing
-    assert upper_bound([0.0], bounded=False, alpha=0.05) is None  # and without [0, 1] values, no bound
+    assert upper_bound([0.0], "unbounded", alpha=0.05) is None  # and without [0, 1] values, no bound
     assert n_for_share(0.0, 0.1, 0.05) == 29
     assert n_for_share(0.2, 0.1, 0.05) is None  # worse in 20% of sessions is not within a 0.1 margin
 
@@ -267,7 +285,7 @@ def test_the_n_that_would_decide_does_not_depend_on_the_order_the_sessions_ran_i
     from eu_audit.verdict import at_shares, n_to_fail
 
     orders = ([1.0, 0, 0, 0, 1, 1, 0, 1, 0, 0], [0.0] * 6 + [1.0] * 4, [1.0] * 4 + [0.0] * 6)
-    assert {n_to_fail(ds, True, 0.05, bounded=True) for ds in orders} == {12}
+    assert {n_to_fail(ds, "binary", 0.05) for ds in orders} == {12}
     # three equal remainders: the one left over goes to the better value
     assert sorted(at_shares([1.0, 0.5, -0.2], 7)) == [-0.2, -0.2, -0.2, 0.5, 0.5, 1.0, 1.0]
 
@@ -280,7 +298,7 @@ def test_a_fresh_run_at_the_observed_rate_n_decides_about_half_the_time_and_powe
     from eu_audit.power import chance_to_decide, plan_share
 
     def chance(m: int) -> float:
-        return chance_to_decide([0.0, 1.0], [0.6, 0.4], m, binary=True, bounded=True, alpha=0.05, margin=0.1)
+        return chance_to_decide([0.0, 1.0], [0.6, 0.4], m, kind="binary", alpha=0.05, margin=0.1)
 
     for m in (12, 15, 16, 20):
         assert chance(m) == pytest.approx(binom.sf(4, m, 0.4))
@@ -302,10 +320,9 @@ def test_with_three_kinds_of_session_the_plan_draws_seeded_runs_close_to_the_exa
         multinomial.pmf([a, m - a - b, b], m, shares)
         for a, b in itertools.product(range(m + 1), repeat=2)
         if a + b <= m
-        and weigh([-1.0] * a + [1.0] * b + [0.0] * (m - a - b), True, True, 0.05, 0.1).outcome
-        != "inconclusive"
+        and weigh([-1.0] * a + [1.0] * b + [0.0] * (m - a - b), "binary", 0.05, 0.1).outcome != "inconclusive"
     )
-    kw = {"binary": True, "bounded": True, "alpha": 0.05, "margin": 0.1}
+    kw = {"kind": "binary", "alpha": 0.05, "margin": 0.1}
     got = chance_to_decide(values, shares, m, **kw)  # type: ignore[arg-type]
     assert got == chance_to_decide(values, shares, m, **kw)  # type: ignore[arg-type]  # seeded
     assert got == pytest.approx(exact, abs=0.03)

@@ -21,6 +21,9 @@ Side = Literal["white", "black"]  # a state rebuilt from its cache, or a deploye
 #: what a failed rule against the floor on this metric says of a method, for the summary's groups: it
 #: still says the target, it acts unlike B5 (probes, samples, actions, choices), it still holds the target
 Shows = Literal["says", "behaves", "keeps"]
+#: what the verdict may assume of its values, which picks its tests (``verdict.TESTS``): 0/1 outcomes, rates
+#: in [0, 1], or unbounded values (counts, seconds, distances)
+Kind = Literal["binary", "rate", "unbounded"]
 
 
 def side_of(engine: str) -> Side:
@@ -33,7 +36,7 @@ class Metric:
     name: str
     label: str  # a short column label
     direction: Direction
-    binary: bool  # a per-state 0/1 outcome (McNemar) or a continuous one (``verdict.WORSE_TESTS``)
+    binary: bool  # a per-state 0/1 outcome, or a continuous one (``kind``)
     description: str
     table: int | None = None  # the paper's Table 1 (leakage), 2 (actions, utility, cost), 3 (behavior)
     junit: bool = False  # one JUnit case per method x suite
@@ -55,6 +58,11 @@ class Metric:
     def bounded(self) -> bool:
         """Its values lie in [0, 1] (a rate): the verdict's bound for it needs no distribution."""
         return self.fmt == "rate"
+
+    @property
+    def kind(self) -> Kind:
+        """Its kind for the verdict's tests, read from what it declares and never from its data."""
+        return "binary" if self.binary else "rate" if self.bounded else "unbounded"
 
     def format(self, value: float | None) -> str:
         if value is None:
