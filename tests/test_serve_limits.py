@@ -159,6 +159,26 @@ def test_max_tokens_is_capped_by_the_context_and_a_prompt_past_it_is_refused(
     assert status == 400 and "context holds 4096" in got["error"]["message"]
 
 
+def test_a_request_that_names_no_max_tokens_gets_the_documented_budget_and_the_log_says_where_it_ended(
+    tmp_path: Path,
+) -> None:
+    from eu_audit.blackbox.serve_api import UNASKED_CHAT_TOKENS, UNASKED_COMPLETION_TOKENS
+
+    log = tmp_path / "serve.jsonl"
+    args = ["serve", "--model", TINY_MODEL, "--engine", "hf", "--log", str(log), "--no-repetition-guard"]
+    with cli_server(*args, "--control-file", str(tmp_path / "c")) as url:
+        for path, body, budget in (
+            ("/v1/chat/completions", {"messages": HI}, UNASKED_CHAT_TOKENS),
+            ("/v1/completions", {"prompt": "Once upon a time"}, UNASKED_COMPLETION_TOKENS),
+        ):
+            status, got = call(url, path, body)
+            assert status == 200, got
+            used, last = got["usage"]["completion_tokens"], entries(log)[-1]
+            # the random model rarely writes its end token: it runs to the budget, and both say "length"
+            assert used <= budget and (used < budget or got["choices"][0]["finish_reason"] == "length")
+            assert last["finish"] == ("length" if used == budget else "stop")
+
+
 def test_a_body_over_the_cap_is_refused_before_it_is_read_whole(serve: tuple[str, Path, str]) -> None:
     url, log, _ = serve
     big = json.dumps({"messages": [{"role": "user", "content": "x" * (1 << 20)}]}).encode()

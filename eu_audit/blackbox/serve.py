@@ -62,6 +62,7 @@ from eu_audit.blackbox.serve_api import (
     FORWARDED,
     LANE_PATTERN,
     MAX_FUNCTION_NAME,
+    UNASKED_COMPLETION_TOKENS,
     ChatRequest,
     CompletionRequest,
     DecodingRequest,
@@ -354,6 +355,12 @@ class Backend:
         ended = bool(gen) and gen[-1] in self.stop_ids
         body = [*gen, *(self.closing_after_stop if ended else self.closing)]
         return body, cached, sum(map(len, segs)), "stop" if ended else "length"
+
+    def decoded(self, ids: Sequence[int], finish: str) -> list[int]:
+        """The tokens the model decoded of a reply ``generate`` returned: without the closing marker it
+        appended for the cache (a reply cut at its budget is not one the model ended)."""
+        closing = self.closing_after_stop if finish == "stop" else self.closing
+        return list(ids[: len(ids) - len(closing)])
 
     def structured(self) -> StructuredOutput:
         """The model's tokenizer for structured output, built once, by the first request that needs it."""
@@ -715,7 +722,7 @@ class Routes:
         if name is not None:
             segs[-1] = segs[-1] + forced
             call.log["tool_choice"] = req.tool_choice if isinstance(req.tool_choice, str) else name
-        budget = b.budget(segs, req.wanted_tokens(256), self.limits.max_tokens)
+        budget = b.budget(segs, req.wanted_tokens(), self.limits.max_tokens)
         shape = call_shape(name, tools or []) if name else format_shape(req.response_format, tools, call.log)
         try:
             constraint = hold(b.structured, shape, call.log)
@@ -733,7 +740,7 @@ class Routes:
         b.generations.remember(text, calls, body)
         if call.cached_before is not None:  # cached from before the request, not from its naming pass
             cached = min(cached, call.cached_before)
-        usage = _usage(prompt_n, cached, len(ids))
+        usage = _usage(prompt_n, cached, len(b.decoded(ids, finish)))  # what it decoded, as OpenAI counts
         call.log.update(reply=text, tool_calls=calls, usage=usage, finish=finish)
         message = {"role": "assistant", "content": text or None, "tool_calls": calls or None}
         choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else shown}
@@ -777,7 +784,7 @@ class Routes:
             ids, segs = self._prompt_segments(req)
         except ValueError as exc:
             raise Refused(400, f"field 'prompt': {exc}") from None
-        budget = b.budget(segs, req.max_tokens or 16, self.limits.max_tokens)
+        budget = b.budget(segs, req.max_tokens or UNASKED_COMPLETION_TOKENS, self.limits.max_tokens)
         call.log["prompt_text"] = b.text_of(ids)
         if (
             b.engine is not None and len(segs) > 1
@@ -787,8 +794,7 @@ class Routes:
             segs, budget, sampling, call.stop_early, call.deadline, call.lane_name
         )
         finish = call.finish(finish)
-        closing = b.closing_after_stop if finish == "stop" else b.closing
-        stripped = gen[: len(gen) - len(closing)]
+        stripped = b.decoded(gen, finish)
         text = b.text_of(stripped)
         usage = _usage(prompt_n, cached, len(stripped))
         call.log.update(reply=text, usage=usage, finish=finish)

@@ -68,6 +68,14 @@ def read_control_file(path: Path) -> str:
     return secret
 
 
+#: completion tokens for a request that names none (no ``max_tokens`` / ``max_completion_tokens``), within
+#: ``Limits.max_tokens``: 256 on chat, where OpenAI sets no default (a looping small model costs a CPU every
+#: token it writes; the log's ``finish`` says "length" when a reply ran to it), 16 on /v1/completions,
+#: OpenAI's own default there
+UNASKED_CHAT_TOKENS = 256
+UNASKED_COMPLETION_TOKENS = 16
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one request may cost. Defaults suit a CI job on a small local model."""
@@ -214,8 +222,8 @@ class ChatRequest(_Open):
 
     _t = field_validator("temperature")(_finite)
 
-    def wanted_tokens(self, default: int) -> int:
-        return self.max_tokens or self.max_completion_tokens or default
+    def wanted_tokens(self) -> int:
+        return self.max_tokens or self.max_completion_tokens or UNASKED_CHAT_TOKENS
 
 
 class CompletionRequest(_Open):

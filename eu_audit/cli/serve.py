@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from eu_audit.blackbox.serve_api import DEFAULT_CONTROL_FILE
+from eu_audit.blackbox.serve_api import DEFAULT_CONTROL_FILE, UNASKED_CHAT_TOKENS, UNASKED_COMPLETION_TOKENS
 from eu_audit.cli.app import (
     Force,
     app,
@@ -72,7 +72,13 @@ def serve(
     ] = Path(DEFAULT_CONTROL_FILE),
     max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body (MiB).")] = 4.0,
     max_tokens: Annotated[
-        int, typer.Option(min=1, help="Most completion tokens per request (the context bounds it too).")
+        int,
+        typer.Option(
+            min=1,
+            help="Most completion tokens per request (the context bounds it too). A request that names none "
+            f"gets {UNASKED_CHAT_TOKENS} on chat, {UNASKED_COMPLETION_TOKENS} on /v1/completions (OpenAI's "
+            "default there).",
+        ),
     ] = 1024,
     request_timeout: Annotated[
         float, typer.Option(min=1.0, help="Wall seconds per request, the wait for the model included.")
