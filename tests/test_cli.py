@@ -138,6 +138,21 @@ def test_without_a_terminal_progress_is_plain_lines_not_a_silent_bar(
     assert lines == ["[0:00] 1/4 s0/agent", "[0:00] 4/4 written"]
 
 
+def test_a_table_printed_into_a_log_is_wide_enough_not_to_wrap_into_fragments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rich falls back to 80 columns without a terminal, which wrapped record's table into a column of word
+    pieces in every CI log; a log gets LOG_COLUMNS, and COLUMNS still says otherwise."""
+    import importlib
+
+    cli_app = importlib.import_module("eu_audit.cli.app")
+    monkeypatch.delenv("COLUMNS", raising=False)  # pytest captures stdout: no terminal here
+    assert cli_app.console().width == cli_app.LOG_COLUMNS == 160
+    assert cli_app.console(stderr=True).width == 160
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli_app.console().width == 100
+
+
 def test_help_reads_as_paragraphs_not_as_the_source_lines() -> None:
     """A docstring's line breaks are the source file's, not the terminal's: --help joins them within a
     paragraph and keeps command examples on their own lines."""

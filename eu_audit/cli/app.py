@@ -33,8 +33,20 @@ app = typer.Typer(
 )
 suites_app = typer.Typer(help="List, show and build episode suites.", no_args_is_help=True)
 app.add_typer(suites_app, name="suites")
-out = Console()
-err = Console(stderr=True)
+#: the width of a table printed into a log or a pipe (a CI job's output, `record ... > run.log`), where rich
+#: would fall back to 80 columns and wrap a seven-column table into a column of fragments; COLUMNS overrides
+LOG_COLUMNS = 160
+
+
+def console(stderr: bool = False) -> Console:
+    """A console as wide as its terminal, or ``LOG_COLUMNS`` wide when it writes to a file or a pipe."""
+    isatty = getattr(sys.stderr if stderr else sys.stdout, "isatty", None)
+    logged = not (isatty and isatty()) and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, width=LOG_COLUMNS if logged else None)
+
+
+out = console()
+err = console(stderr=True)
 #: 0 held, 1 a gate failed, 2 bad input, 3 the run failed, 4 a gate is inconclusive at this n
 EXIT_CODES = (0, 1, 2, 3, 4)
 DEBUG_ENV = "EU_AUDIT_DEBUG"  # set to 1 (or pass --debug) to see the traceback of a failed run
