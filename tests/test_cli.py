@@ -144,9 +144,13 @@ def test_a_table_printed_into_a_log_is_wide_enough_not_to_wrap_into_fragments(
     """Rich falls back to 80 columns without a terminal, which wrapped record's table into a column of word
     pieces in every CI log; a log gets LOG_COLUMNS, and COLUMNS still says otherwise."""
     import importlib
+    import io
+    import sys
 
     cli_app = importlib.import_module("eu_audit.cli.app")
-    monkeypatch.delenv("COLUMNS", raising=False)  # pytest captures stdout: no terminal here
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for name in ("stdout", "stderr"):  # a log, even under `pytest -s` in a terminal
+        monkeypatch.setattr(sys, name, io.StringIO())
     assert cli_app.console().width == cli_app.LOG_COLUMNS == 160
     assert cli_app.console(stderr=True).width == 160
     monkeypatch.setenv("COLUMNS", "100")
