@@ -39,10 +39,12 @@ LOG_COLUMNS = 160
 
 
 def console(stderr: bool = False) -> Console:
-    """A console as wide as its terminal, or ``LOG_COLUMNS`` wide when it writes to a file or a pipe."""
-    isatty = getattr(sys.stderr if stderr else sys.stdout, "isatty", None)
-    logged = not (isatty and isatty()) and "COLUMNS" not in os.environ
-    return Console(stderr=stderr, width=LOG_COLUMNS if logged else None)
+    """A console as wide as its terminal, or ``LOG_COLUMNS`` wide when it writes to a file or a pipe (rich's
+    own terminal test, the one the progress bar reads, so the two never disagree)."""
+    made = Console(stderr=stderr)
+    if not made.is_terminal and "COLUMNS" not in os.environ:
+        made.width = LOG_COLUMNS
+    return made
 
 
 out = console()
