@@ -9,14 +9,45 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from eu_audit.audits.channels import PROMPT_NAMES
+from eu_audit.blackbox.residue import AFTER
+from eu_audit.matching import TargetMatcher
 
 
 def quote(text: str, width: int = 160) -> str:
     text = " ".join(text.split())
     return (text[: width - 1] + "…") if len(text) > width else text
+
+
+def callers(folder: Path, sid: str, matcher: TargetMatcher) -> Counter[str]:
+    """The model calls after the forget that carried z, by who made them: the opening words of each call's
+    system prompt. A tier names a message's role only, and a memory library's own calls (an extraction
+    prompt that renders the last messages as text in one user turn) land in the same tier as the agent's
+    history; the system prompt tells them apart. gate.sh gives each run its own serve, so its log holds
+    this run's calls only."""
+    log = folder / "serve.jsonl"
+    seen: Counter[str] = Counter()
+    if not log.exists():
+        return seen
+    for line in log.read_text().splitlines():
+        e = json.loads(line)
+        mark = e.get("mark") or {}
+        if mark.get("session") != sid or mark.get("phase") not in AFTER:
+            continue
+        if e.get("endpoint") == "/v1/embeddings":
+            if any(matcher.found_in(str(t)) for t in e.get("input") or []):
+                seen["an embedding request"] += 1
+            continue
+        messages = e.get("messages") or []
+        if not any(matcher.found_in(str(m.get("content") or "")) for m in messages):
+            continue
+        first = messages[0] if messages and messages[0].get("role") in ("system", "developer") else {}
+        opening = quote(str(first.get("content") or "(no system prompt)"), 48)
+        seen["(an opening that holds z)" if matcher.found_in(opening) else opening] += 1
+    return seen
 
 
 def main(folders: list[str]) -> None:
@@ -29,6 +60,7 @@ def main(folders: list[str]) -> None:
         )
         print()
         forgets = {r["session_id"]: r for r in records if r["type"] == "agent_forget"}
+        targets = {r["session_id"]: r["target"] for r in records if r["type"] == "session"}
         for r in records:
             if r["type"] != "residue" or not r["session_id"].endswith("/agent"):
                 continue
@@ -44,6 +76,15 @@ def main(folders: list[str]) -> None:
             stores = ", ".join(f"store.{k} {v}" for k, v in sorted(r["store_tiers"].items())) or "none"
             print(f"- `{sid}`: forget answered *{f.get('detail', '?')}*; z reached {ctx} (tiers: {tiers});")
             print(f"  the dump holds z in {r['store_items_with_z']} of {r['store_items']} items ({stores}).")
+            target = targets.get(sid) or {}
+            made = (
+                callers(folder, sid, TargetMatcher.of(target["value"], target.get("variants") or []))
+                if target.get("value")
+                else Counter()
+            )
+            if made:
+                by = "; ".join(f'"{k}" {v}' for k, v in made.most_common())
+                print(f"  - those calls by their system prompt's opening: {by}")
             if r["context_example"]:
                 print(f'  - prompt after the forget: "{quote(r["context_example"])}"')
             if r["store_example"]:
