@@ -277,6 +277,47 @@ def naive() -> NotebookAgent:
     return NotebookAgent(thorough=False)
 
 
+class WindowAgent(NotebookAgent):
+    """Keeps the last few inputs it received in a window beside its notebook, as mem0 keeps a session's last
+    10 messages for its extraction prompt, and its forget cleans the notebook only. The window is not in its
+    answers; later inputs evict the target from it, so it is there right after the forget and gone by the
+    time the probes are done."""
+
+    WINDOW = 5
+
+    def __init__(self) -> None:
+        super().__init__(thorough=True)
+        self.window: dict[str, list[str]] = {}
+
+    def _seen(self, tenant: str, text: str) -> None:
+        kept = self.window.setdefault(tenant, [])
+        kept.append(text)
+        del kept[: -self.WINDOW]
+
+    def send(self, session_id: str, message: Message) -> Turn:
+        self._seen(self.tenant_of[session_id], message.content)
+        return super().send(session_id, message)
+
+    def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
+        self._seen(tenant, record.text)
+        return super().inject_memory(tenant, record)
+
+    def reset(self, tenant: str) -> None:
+        super().reset(tenant)
+        self.window[tenant] = []
+
+    def dump(self, tenant: str) -> StoreDump:
+        from eu_audit.blackbox.contract import StoredItem
+
+        window = [StoredItem(store="window", text=t) for t in self.window.get(tenant, [])]
+        return StoreDump(items=[*super().dump(tenant).items, *window])
+
+
+def windowed() -> WindowAgent:
+    """Its forget leaves z in a window that later inputs evict."""
+    return WindowAgent()
+
+
 class LaneAgent:
     """Keeps every user message and memory record of a tenant and sends them all to the model for each
     reply, at the ``model_base_url`` its tenant was started with (serve's lane): a naive forget, so every

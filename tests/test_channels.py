@@ -142,7 +142,8 @@ def test_a_misspelt_channel_never_passes(hiding: tuple[Path, AuditReport]) -> No
         ("agent.tool.payload==0", "they are routing, selection, free-text"),
         (
             "agent.after.restrat==0",
-            "'after.restrat' is no recheck event (the events are compact, reindex, restart, turns-N)",
+            "'after.restrat' is no recheck event "
+            "(the events are at-once, compact, reindex, restart, turns-N)",
         ),
     ]:
         proc = run_cli("audit", str(bundle), "--gate", rule)

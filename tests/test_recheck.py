@@ -50,8 +50,8 @@ def test_a_forget_that_passes_at_once_and_comes_back_after_a_restart_is_a_failed
     bundle, rep = run(tmp_path, "write_behind")
     agent = [s for s in read_bundle(bundle).sessions if s.session.method == "agent"]
     for s in agent:
-        at_once, *after = s.residues
-        assert at_once.after == "" and at_once.store_items_with_z == 0  # the forget passed at once
+        first, *after = s.residues
+        assert first.after == "" and first.store_items_with_z == 0  # the forget passed the first check
         assert [r.after for r in after] == list(RECHECK)
         assert (after[0].store_items_with_z or 0) > 0 and (after[0].replies_with_z or 0) > 0
     got = by_name(rep)
@@ -165,7 +165,7 @@ def test_an_agent_whose_stack_does_not_import_or_start_fails_the_run_naming_the_
 
 def test_recheck_mistakes_exit_2_before_any_agent_runs() -> None:
     for value, said in (
-        ("reboot", "unknown event (known: compact, reindex, restart, turns-N)"),
+        ("reboot", "unknown event (known: at-once, compact, reindex, restart, turns-N)"),
         ("turns-0", "N must be between 1 and 50"),
         ("restart,restart", "restart named twice"),
     ):
@@ -175,3 +175,31 @@ def test_recheck_mistakes_exit_2_before_any_agent_runs() -> None:
     assert proc.returncode == 2 and "unknown event" in proc.stderr, proc.stderr
     proc = run_cli("record", "--suite", "builtin", "--recheck", "restart")
     assert proc.returncode == 2 and "only with --agent" in proc.stderr
+
+
+def test_a_copy_later_turns_evict_is_seen_only_by_the_check_right_after_the_forget(tmp_path: Path) -> None:
+    """The forget cleans the notebook and leaves a window of recent inputs (mem0's last-10 ``messages``
+    table, which its extraction prompt renders) that later turns evict: the first dump, taken after those
+    turns and the probes, finds nothing; ``at-once`` reads the dump before them and finds z."""
+    bundle, rep = run(tmp_path, "windowed", recheck=("turns-2", "at-once"))
+    for s in [s for s in read_bundle(bundle).sessions if s.session.method == "agent"]:
+        first, *after = s.residues
+        assert first.store_items_with_z == 0  # evicted by the time of the first dump
+        assert [r.after for r in after] == ["at-once", "turns-2"]  # at once runs first, wherever listed
+        assert after[0].store_tiers.get("window", 0) > 0 and after[0].replies is None
+    got = by_name(rep)
+    assert got["after.at-once"]["suppressed"] == 2  # its answers never carried the window
+    verdict = outcomes(rep, ["agent.residue_store==0", "agent.after.at-once==0", "agent.after.turns-2==0"])
+    assert verdict == {
+        "agent.residue_store==0": "failed",
+        "agent.after.at-once==0": "failed",
+        "agent.after.turns-2==0": "held",
+    }
+    said = "\n".join(residue_lines(rep))
+    assert "after at-once: z held in 2 of 2 sessions (store)" in said
+    assert "came back" not in said  # there from the start, never "back"
+
+
+def test_without_the_check_at_once_the_same_forget_passes_the_store_rule(tmp_path: Path) -> None:
+    _, rep = run(tmp_path, "windowed", recheck=("turns-2",))
+    assert outcomes(rep, ["agent.residue_store==0"]) == {"agent.residue_store==0": "held"}

@@ -10,6 +10,7 @@ from eu_audit.audits.metrics import picked
 from eu_audit.audits.model import ProbeOutcome, StateAudit
 from eu_audit.audits.scoring import Evidence, score
 from eu_audit.blackbox.facts import AgentRunFacts
+from eu_audit.blackbox.recheck import at_forget
 from eu_audit.blackbox.residue import snippet
 from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import Bundle, SessionTrace
@@ -54,8 +55,15 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
         if first.stores is not None:  # None: no dump, or a bundle from before the field (names unknown)
             st.residue["stores"] = first.stores
         if len(trace.residues) > 1:
-            held_at_once = bool(first.context_calls_with_z or first.store_items_with_z)
-            st.residue["after"] = {r.after: recheck_summary(r, held_at_once) for r in trace.residues[1:]}
+            # "came back": held after an event while no check right after the forget held it (the first
+            # check, and the dump taken at once where --recheck at-once ran); never said of at-once itself
+            early = [r for r in trace.residues[1:] if at_forget(r.after)]
+            held_at_once = bool(first.context_calls_with_z or first.store_items_with_z) or any(
+                r.store_items_with_z for r in early
+            )
+            st.residue["after"] = {
+                r.after: recheck_summary(r, held_at_once or at_forget(r.after)) for r in trace.residues[1:]
+            }
     return st
 
 

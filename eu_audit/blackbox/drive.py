@@ -47,7 +47,7 @@ from eu_audit.blackbox.contract import (
     Turn,
 )
 from eu_audit.blackbox.facts import AgentRunFacts
-from eu_audit.blackbox.recheck import lacking, recheck, tool_refusal
+from eu_audit.blackbox.recheck import at_forget, lacking, recheck, tool_refusal
 from eu_audit.blackbox.residue import context_residue, snippet, store_residue
 from eu_audit.blackbox.serve_api import CONTROL_HEADER, DEFAULT_CONTROL_FILE, key_id, read_control_file
 from eu_audit.bundle.io import write_bundle
@@ -420,11 +420,12 @@ class Driver:
             answers.append(turn.text)
         return answers
 
-    def rechecks(self, method: str, matcher: TargetMatcher) -> list[ResidueRecord]:
+    def rechecks(self, method: str, matcher: TargetMatcher, at_once: bool = False) -> list[ResidueRecord]:
         """The events of ``--recheck`` in order, each followed by the checks: one residue record each
-        (the serve-log side is filled in with the others', ``residue.context_residue``)."""
+        (the serve-log side is filled in with the others', ``residue.context_residue``). ``at_once``: the
+        events checked right after the forget (``at-once``), else the others, after the probes."""
         out = []
-        for name in self.opts.recheck:
+        for name in [x for x in self.opts.recheck if at_forget(x) == at_once]:
             why = lacking(name, self.caps)
             if why:
                 out.append(ResidueRecord(session_id=self.sid, after=name, skipped=why))
@@ -440,8 +441,8 @@ class Driver:
                 store_residue(self.sid, dump, matcher).model_copy(
                     update={
                         "after": name,
-                        "replies": len(answers),
-                        "replies_with_z": len(holding),
+                        "replies": None if at_once else len(answers),  # at once: nothing was asked
+                        "replies_with_z": None if at_once else len(holding),
                         "reply_example": snippet(holding[0], matcher) if holding else "",
                     }
                 )
@@ -560,6 +561,7 @@ def run_tenant(
     for t, step in before:
         d.step(t, step)
     forgets: list[AgentForgetRecord] = []
+    at_once: list[ResidueRecord] = []
     if method == "agent":
         request = ForgetRequest(
             target=ep.target.value, variants=ep.target.variants, hint=_hint(ep, d.observed, opts.hint)
@@ -579,6 +581,8 @@ def run_tenant(
             raise AgentFailed(
                 f"episode {ep.id}, {d.sid}, forget: the agent answered {got.status}: {got.detail}"
             )
+        # before any later turn can evict what the forget left (--recheck at-once)
+        at_once = d.rechecks(method, TargetMatcher.of(ep.target.value, ep.target.variants), at_once=True)
     d.after = True
     serve.mark(session=d.sid, method=method, tenant=tenant, phase="future")
     for t, step in future:
@@ -605,7 +609,7 @@ def run_tenant(
     trace.agent_forgets = forgets
     trace.residues = [store_residue(d.sid, dump, trace.matcher())]
     if method == "agent":  # forgets that come back: the reference never held z, nothing to recheck
-        trace.residues += d.rechecks(method, trace.matcher())
+        trace.residues += at_once + d.rechecks(method, trace.matcher())
     return trace, d.tx.skipped
 
 

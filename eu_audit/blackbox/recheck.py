@@ -11,6 +11,12 @@ agent's tenant, after its probes and its first dump, and after each one checks a
 - what it answered in the event's turns,
 - its store dump.
 
+One check runs earlier: ``at-once`` reads the store dump right after the forget returns, before the
+episode's later turns (nothing runs, no model is called). The first dump comes after those turns and the
+probes, so a copy the forget left in a window that later messages evict (mem0's last-10 ``messages``
+table, which its extraction prompt renders) is gone by then: only this check sees it. Wherever it is
+listed, it runs first.
+
 Each event gives the session one more residue record (``ResidueRecord.after``). The residue rules
 (``residue_context``, ``residue_store``) count every record, so z coming back fails them; the channel
 ``after.<event>`` names the event (``agent.after.restart==0``). An event the agent lacks (``restart``
@@ -67,6 +73,8 @@ class Recheck:
 
     needs: str | None
     run: Callable[[Target, str], list[str]]  # (tenant, the event's name) -> the answers it drew
+    #: checked right after the forget, before the episode's later turns (else after the probes)
+    at_forget: bool = False
 
 
 RECHECKS: Registry[Recheck] = Registry("rechecks")
@@ -87,6 +95,11 @@ def _reindex(target: Target, name: str) -> list[str]:
     return target.say(name, SMALL_TALK[2])  # a turn after it: what the rebuilt index feeds the model
 
 
+def _at_once(target: Target, name: str) -> list[str]:
+    return []  # nothing happens: the checks read what the forget itself left
+
+
+RECHECKS.add("at-once", Recheck("store_dump", _at_once, at_forget=True))  # the dump right after the forget
 RECHECKS.add("restart", Recheck("restart", _restart))  # the agent reloads what it persisted, then a turn
 RECHECKS.add("compact", Recheck("compact", _compact))  # the agent's own compaction, then a turn
 RECHECKS.add("reindex", Recheck("reindex", _reindex))  # the stack's re-index / re-sync, then a turn
@@ -127,6 +140,15 @@ def parse_rechecks(text: str | None) -> tuple[str, ...]:
     if dup:
         raise BadInput(f"--recheck: {', '.join(dup)} named twice (each event runs once, in order)")
     return names
+
+
+def at_forget(name: str) -> bool:
+    """Whether the event is checked right after the forget (``at-once``); False for a name no longer
+    registered (a bundle recorded with a plugin's event)."""
+    try:
+        return recheck(name)[0].at_forget
+    except BadInput:
+        return False
 
 
 def lacking(name: str, caps: Capabilities) -> str:

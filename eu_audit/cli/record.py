@@ -148,8 +148,10 @@ RecordRecheck = Annotated[
         help="With --agent: events after the forget, in order, each followed by the checks again "
         "(prompts, answers, store dump), so a forget that comes back fails: restart (the agent's "
         "`restart`: it reloads the tenant from what it persisted), compact (its own compaction), reindex "
-        "(its stack's re-index or re-sync), turns-N (N turns of unrelated conversation). "
-        "E.g. --recheck restart,compact,turns-3. An event the agent lacks is reported as not measured.",
+        "(its stack's re-index or re-sync), turns-N (N turns of unrelated conversation); at-once (the "
+        "dump right after the forget, before the episode's later turns, which may evict a copy the forget "
+        "left; always checked first). E.g. --recheck at-once,restart,compact,turns-3. An event the agent "
+        "lacks is reported as not measured.",
     ),
 ]
 

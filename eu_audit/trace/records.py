@@ -243,8 +243,10 @@ class ResidueRecord(_Record):
     #: {} for an empty dump, None where unknown (no dump, or a bundle recorded before the field)
     stores: dict[str, int] | None = None
     serve_log_digest: str = ""  # sha256 of the serve log when these were read
-    #: "" right after the forget; else the recheck event this record was taken after (``restart``,
-    #: ``compact``, ``turns-N``: ``eu_audit.blackbox.recheck``), in the order the events ran
+    #: "" the first check (the prompts of the turns and probes after the forget, then the dump); else the
+    #: recheck event this record was taken after (``at-once``: the dump right after the forget, before
+    #: those turns; ``restart``, ``compact``, ``turns-N``: ``eu_audit.blackbox.recheck``), in the order
+    #: the events ran
     after: str = ""
     skipped: str = ""  # why that event could not run (the agent lacks it): its figures are unknown
     replies: int | None = None  # the agent's answers during the event's turns, and those holding z

@@ -14,7 +14,7 @@
 #   HINT    (environment, optional) 1: send the forget the sanitized text too (record --hint)
 #   SHARD   (environment, optional) I/N: record only shard I of N of the sessions (record --shard); join
 #           the shards' bundles afterwards with `eu-audit merge` and audit the merged bundle
-#   RECHECK (environment, optional) events after the forget, e.g. restart,compact,turns-3 (record --recheck)
+#   RECHECK (environment, optional) events after the forget, e.g. at-once,restart,compact,turns-3 (record --recheck)
 #   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
 #   AGENT_PYTHON (environment, optional) the Python that runs the example agent (Letta's own venv)
 #   CTX     (environment, optional) serve's context per lane in tokens (serve --ctx), e.g. 16384 for mem0 --infer

@@ -104,7 +104,7 @@ def recheck(r: dict) -> None:
             ("replies_with_z", "replies", "answers"),
             ("store_items_with_z", "store_items", "dump items"),
         )
-        if r.get(n) is not None
+        if r.get(n)  # None: not observed; 0: the event had none (at-once asks nothing, calls no model)
     ]
     print(f"  - after {r['after']}: z in {'; '.join(held)}")
     for key, what in (
