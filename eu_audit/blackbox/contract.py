@@ -48,7 +48,9 @@ What each call means (what a stranger would otherwise have to guess):
 - ``forget(tenant, request)``: the agent's own forget for the target (and variants); ``hint`` may carry
   the flagged observation. ``unsupported`` or ``error`` fails the run; ``partial`` is recorded as said.
 - ``dump(tenant)``: every place the agent keeps text for the tenant, one item per row or record, named by
-  store (memory rows, history or audit tables, summaries, checkpoints, vector payloads, graph nodes).
+  store (memory rows, history or audit tables, summaries, checkpoints, vector payloads, graph nodes). It
+  must only read: the harness calls it after the probes, after each recheck and, with ``--recheck
+  at-once``, right after the forget, between the episode's turns.
 - ``restart(tenant)``: what a process restart does to the tenant: drop everything held in memory for it
   (clients, caches, open sessions, in-memory indexes) and load it back from what the agent persisted, as a
   fresh process would. Session ids stay valid (the session is loaded back by its id). Only an agent
