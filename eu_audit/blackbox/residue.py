@@ -43,7 +43,7 @@ def snippet(text: str, matcher: TargetMatcher, width: int = 90) -> str:
     )
 
 
-def _parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
+def prompt_parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
     """(tier, text) of what one logged model call received."""
     if entry.get("endpoint") == "/v1/chat/completions":
         out = []
@@ -104,7 +104,7 @@ def context_residue(
     with_z = 0
     for e in calls:
         hit = False
-        for tier, text in _parts(e):
+        for tier, text in prompt_parts(e):
             if matcher.found_in(text):
                 tiers[tier] = tiers.get(tier, 0) + 1
                 hit = True

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from eu_audit.audits.channels import PROMPT_NAMES
-from eu_audit.blackbox.residue import AFTER
+from eu_audit.blackbox.residue import AFTER, EMBEDDING, TIERS, prompt_parts
 from eu_audit.matching import TargetMatcher
 
 
@@ -37,15 +37,14 @@ def callers(folder: Path, sid: str, matcher: TargetMatcher) -> Counter[str]:
         mark = e.get("mark") or {}
         if mark.get("session") != sid or mark.get("phase") not in AFTER:
             continue
-        if e.get("endpoint") == "/v1/embeddings":
-            if any(matcher.found_in(str(t)) for t in e.get("input") or []):
-                seen["an embedding request"] += 1
+        parts = prompt_parts(e)  # (tier, text) as the residue check reads the call
+        if not any(matcher.found_in(text) for _, text in parts):
             continue
-        messages = e.get("messages") or []
-        if not any(matcher.found_in(str(m.get("content") or "")) for m in messages):
+        if parts[0][0] == EMBEDDING:
+            seen["an embedding request"] += 1
             continue
-        first = messages[0] if messages and messages[0].get("role") in ("system", "developer") else {}
-        opening = quote(str(first.get("content") or "(no system prompt)"), 48)
+        system = parts[0][1] if parts[0][0] == TIERS["system"] else "(no system prompt)"
+        opening = quote(system, 48)
         seen["(an opening that holds z)" if matcher.found_in(opening) else opening] += 1
     return seen
 
