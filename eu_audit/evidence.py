@@ -96,7 +96,7 @@ class Mask:
 
     def text(self, s: str) -> str:
         for m in self.matchers:
-            s = m.pattern.sub(lambda g: f"[z:{self.digest(g.group())}]", s)
+            s = m.redact(s, lambda span: f"[z:{self.digest(span)}]")
         return s
 
     def value(self, obj: Any) -> Any:

@@ -17,6 +17,7 @@ COMMANDS = (
     "merge",
     "verify",
     "power",
+    "matcher",
     "sweep",
     "report",
     "serve",
