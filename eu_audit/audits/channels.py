@@ -4,7 +4,9 @@ audit. A channel is something the audit observed of the agent:
 - what it *says*: its answers to the probes, the sampled asks and its replies to the turns after the forget;
 - what it *does*: the arguments of its tool calls, by sink class (``tool.routing``, ``tool.free-text``, ...);
 - what its model *reads*: each prompt tier of the model calls after the forget, from serve's log
-  (``prompt.system``, ``prompt.user``, ``prompt.agent``, ``prompt.tool``, ``prompt.embedding``);
+  (``prompt.system``, ``prompt.user``, ``prompt.agent``, ``prompt.calls`` (its earlier tool calls),
+  ``prompt.tool``, ``prompt.specs`` (the offered tools), ``prompt.format`` (a response format's schema),
+  ``prompt.split`` (z only in the prompt read whole), ``prompt.embedding``);
 - what it *keeps*: each store of its dump (``store.history``, ``store.memory``, ``store.checkpoints``, ...);
 - the serving layer's cache: always unknown here (``SERVING_CACHE``), never counted clean.
 
@@ -36,7 +38,15 @@ from typing import Literal
 
 from eu_audit.audits.leakage import SINK_CLASSES
 from eu_audit.audits.model import StateAudit
-from eu_audit.blackbox.residue import EMBEDDING, RAW_PROMPT, TIERS
+from eu_audit.blackbox.residue import (
+    EMBEDDING,
+    RAW_PROMPT,
+    RESPONSE_FORMAT,
+    SPLIT,
+    TIERS,
+    TOOL_CALLS,
+    TOOL_SPECS,
+)
 from eu_audit.errors import BadInput
 
 Verdict = Literal["leaked", "suppressed", "erased", "unknown"]
@@ -53,10 +63,14 @@ KINDS: dict[str, tuple[str, str]] = {
 #: the prompt tiers a gate names -> the tiers of serve's log they cover (``eu_audit.blackbox.residue``)
 PROMPT_TIERS: dict[str, tuple[str, ...]] = {
     "system": (TIERS["system"],),
-    "history": (TIERS["user"], TIERS["assistant"]),
+    "history": (TIERS["user"], TIERS["assistant"], TOOL_CALLS),
     "user": (TIERS["user"],),
     "agent": (TIERS["assistant"],),
+    "calls": (TOOL_CALLS,),
     "tool": (TIERS["tool"],),
+    "specs": (TOOL_SPECS,),
+    "format": (RESPONSE_FORMAT,),
+    "split": (SPLIT,),
     "embedding": (EMBEDDING,),
     "prompt": (RAW_PROMPT,),
 }

@@ -3,13 +3,17 @@
 - ``residue_context``: the share of the agent's model calls after its forget (future turns, probes,
   samples, choices; read from the serve log by the harness's marks) whose prompt still carries a
   variant of z, and in which tier: the system prompt (retrieved memory, a summary), the user turns or
-  the agent's own turns of the history, tool results, or an embedding request (a memory search).
+  the agent's own turns of the history, its earlier tool calls, tool results, the offered tools'
+  descriptions and schemas, a response format's schema, an embedding request (a memory search), or
+  the prompt read whole when z is split over two of its parts. Every string the request carries to the
+  model is read, not one field of it.
 - ``residue_store``: whether the agent's store dump still holds a variant of z, and in which store.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from eu_audit.blackbox.contract import StoreDump
@@ -27,6 +31,10 @@ TIERS = {
     "assistant": "history: the agent's own turns",
     "tool": "tool results",
 }
+TOOL_CALLS = "history: the agent's tool calls"
+TOOL_SPECS = "tool specs (names, descriptions, schemas)"
+RESPONSE_FORMAT = "response format schema"
+SPLIT = "split across the prompt's parts"
 EMBEDDING = "embedding input (a memory search)"
 RAW_PROMPT = "prompt"  # a completion prompt sent as one text
 
@@ -43,15 +51,41 @@ def snippet(text: str, matcher: TargetMatcher, width: int = 90) -> str:
     )
 
 
+def strings(obj: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included (a schema's property names are read by the model)."""
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield str(k)
+            yield from strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from strings(v)
+
+
+def _message_parts(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """(tier, text) of one chat message: its content in any shape, its tool calls (name and arguments:
+    what an agent that keeps its tool-call history sends again), and every other string it carries."""
+    tier = TIERS.get(str(m.get("role")), str(m.get("role")))
+    out = [(tier, " ".join(strings(m.get("content"))))]
+    for c in m.get("tool_calls") or []:
+        out.append((TOOL_CALLS, " ".join(strings(c.get("function") if isinstance(c, dict) else c))))
+    rest = {k: v for k, v in m.items() if k not in ("role", "content", "tool_calls")}
+    if rest:
+        out.append((tier, " ".join(strings(rest))))
+    return out
+
+
 def prompt_parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
-    """(tier, text) of what one logged model call received."""
+    """(tier, text) of what one logged model call received: every string of the request that reaches the
+    model (messages with their tool calls, the offered tools' names, descriptions and schemas, a response
+    format's schema), not one field of it."""
     if entry.get("endpoint") == "/v1/chat/completions":
-        out = []
-        for m in entry.get("messages") or []:
-            content = m.get("content")
-            if isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            out.append((TIERS.get(str(m.get("role")), str(m.get("role"))), str(content or "")))
+        out = [part for m in entry.get("messages") or [] for part in _message_parts(m)]
+        out += [(TOOL_SPECS, " ".join(strings(t))) for t in entry.get("tool_specs") or []]
+        if entry.get("response_format"):
+            out.append((RESPONSE_FORMAT, " ".join(strings(entry["response_format"]))))
         return out
     if entry.get("endpoint") == "/v1/embeddings":
         return [(EMBEDDING, t) for t in entry.get("input") or []]
@@ -63,6 +97,26 @@ def prompt_parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((TIERS.get(role, role), seg))
         return out
     return [(RAW_PROMPT, str(entry.get("prompt_text") or entry.get("prompt") or ""))]
+
+
+def tiers_with_z(entry: dict[str, Any], matcher: TargetMatcher) -> tuple[list[str], str]:
+    """The tiers of one logged call that hold z, and one quoted place. A target no single part holds but
+    the parts read in order do (split over two messages, or a message and a tool call) is found in the
+    whole prompt and named ``SPLIT``."""
+    parts = prompt_parts(entry)
+    tiers: list[str] = []
+    example = ""
+    for tier, text in parts:
+        if matcher.found_in(text):
+            if tier not in tiers:
+                tiers.append(tier)
+            example = example or f"[{tier}] {snippet(text, matcher)}"
+    if not tiers:
+        whole = "\n".join(text for _, text in parts)
+        if matcher.found_in(whole):
+            tiers.append(SPLIT)
+            example = f"[{SPLIT}] {snippet(whole, matcher)}"
+    return tiers, example
 
 
 def context_residue(
@@ -103,13 +157,11 @@ def context_residue(
     example = ""
     with_z = 0
     for e in calls:
-        hit = False
-        for tier, text in prompt_parts(e):
-            if matcher.found_in(text):
-                tiers[tier] = tiers.get(tier, 0) + 1
-                hit = True
-                example = example or f"[{tier}] {snippet(text, matcher)}"
-        with_z += hit
+        found, where = tiers_with_z(e, matcher)
+        for tier in found:
+            tiers[tier] = tiers.get(tier, 0) + 1
+        example = example or where
+        with_z += bool(found)
     return record.model_copy(
         update={
             "context_calls": len(calls),

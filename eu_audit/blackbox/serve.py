@@ -701,6 +701,10 @@ class Routes:
             tools=[str((t.get("function") or t).get("name", "?")) for t in req.tools or []],
             decoding=pin.facts(sampling),
         )
+        if req.tools:
+            call.log["tool_specs"] = req.tools
+        if req.response_format is not None:
+            call.log["response_format"] = req.response_format.model_dump(mode="json", by_alias=True)
         if b.upstream is not None:
             resp = self._forward("/v1/chat/completions", req, sampling, call)
             msg = (resp.get("choices") or [{}])[0].get("message") or {}
@@ -711,6 +715,7 @@ class Routes:
         try:
             name = forced_call(req.tool_choice, tools)
             segs = b.segments.render(messages, tools)
+            call.log["prompt_digest"] = hashlib.sha256(json.dumps(segs).encode()).hexdigest()
         except BadInput as exc:
             raise Refused(400, str(exc)) from None
         except (AttributeError, TypeError) as exc:

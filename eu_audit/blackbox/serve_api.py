@@ -278,7 +278,15 @@ class LogEntry(BaseModel):
     status: int = 200
     error: str = ""
     messages: list[dict[str, Any]] | None = None
-    tools: list[str] | None = None
+    tools: list[str] | None = None  # the offered functions' names
+    #: the offered tools as sent (names, descriptions, parameter schemas): what the template renders for
+    #: the model, so z in a tool's description reaches it (``eu_audit.blackbox.residue`` reads them)
+    tool_specs: list[dict[str, Any]] | None = None
+    #: the request's response_format as sent: a JSON schema's descriptions reach the model too
+    response_format: dict[str, Any] | None = None
+    #: sha256 of the prompt the engine received, rendered by its chat template (token ids, segment by
+    #: segment): two calls with the same digest sent the model the same prompt
+    prompt_digest: str | None = None
     tool_choice: str | None = None  # "required" or a function's name: the reply was opened as a call to it
     #: what the reply was held to token by token: "json_object", "json_schema NAME" (its response_format),
     #: "arguments of NAME" (a forced call's parameters); or why a format asked for was not enforced
