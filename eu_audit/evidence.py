@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,15 @@ from eu_audit.trace.records import BLACK_BOX_ENGINE
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-RESULT = {"held": "PASSED", "failed": "FAILED", "inconclusive": "WARNED"}
+RESULT = {"held": "PASSED", "failed": "FAILED", "inconclusive": "WARNED", "insensitive": "WARNED"}
+
+
+def result_of(outcomes: Iterable[str]) -> str:
+    """The receipt's result: FAILED if a rule failed, WARNED if one is inconclusive or insensitive (a
+    hold its positive control cannot back), PASSED only when every rule held."""
+    seen = set(outcomes)
+    return "FAILED" if "failed" in seen else "WARNED" if seen - {"held"} else "PASSED"
+
 
 #: which rule evidences which obligation: "this run measured X", never legal advice
 CONTROLS: dict[str, list[str]] = {
@@ -178,7 +186,7 @@ def statement(
 
     verdicts = report.gates or evaluate(report, default_rules(report))
     outcomes = {g.outcome for g in verdicts}
-    result = "FAILED" if "failed" in outcomes else "WARNED" if "inconclusive" in outcomes else "PASSED"
+    result = result_of(outcomes)
     rules = [g.model_dump(mode="json", exclude={"held"}) for g in verdicts]
     controls = controls_for([g.rule for g in verdicts])
     return {
@@ -189,6 +197,8 @@ def statement(
             "result": result,
             "passedTests": [g.rule for g in verdicts if g.outcome == "held"],
             "warnedTests": [g.rule for g in verdicts if g.outcome == "inconclusive"],
+            #: held nowhere their positive control showed z: counted apart, never passed
+            "insensitiveTests": [g.rule for g in verdicts if g.outcome == "insensitive"],
             "failedTests": [g.rule for g in verdicts if g.outcome == "failed"],
             "configuration": [
                 {
@@ -356,7 +366,7 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
     follows = all(got.get(r["rule"]) == r["outcome"] for r in recorded if r["rule"] in got)
     predicate_result = stmt["predicate"]["result"]
     outcomes = set(got.values())
-    expected = "FAILED" if "failed" in outcomes else "WARNED" if "inconclusive" in outcomes else "PASSED"
+    expected = result_of(outcomes)
     follows = follows and expected == predicate_result
     lines.append(
         f"verdict: {predicate_result}, "

@@ -112,12 +112,16 @@ def _verdict(f: Finding, results: dict[str, GateResult], report: AuditReport) ->
             return f"not testable here: {method} not audited"
         if got.outcome == "inconclusive":
             return f"not shown at n = {got.n}"
+        if got.outcome == "insensitive":
+            return f"not testable here: `{rule}` insensitive ({got.control})"
         if got.outcome != outcome:
             return f"not testable here: `{rule}` {got.outcome}"
     outcomes = {results[r].outcome for r in f.rules}
     opposite = "held" if f.reproduced_when == "failed" else "failed"
     if outcomes == {f.reproduced_when}:
         return "reproduced"
+    if "insensitive" in outcomes and f.reproduced_when == "held":
+        return "not testable here: the positive control (B0) never showed z"
     if opposite in outcomes:
         return "not reproduced"
     return f"not shown at n = {min(results[r].n for r in f.rules)}"

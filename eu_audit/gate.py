@@ -169,12 +169,17 @@ def evaluate(
     return results
 
 
-def exit_code(results: Sequence[GateResult], *, inconclusive_passes: bool = False) -> int:
+def exit_code(
+    results: Sequence[GateResult], *, inconclusive_passes: bool = False, insensitive_passes: bool = False
+) -> int:
     """0 every rule held; 1 a rule failed; 4 none failed but one is inconclusive (more sessions would
-    decide it), unless the team accepts that explicitly."""
+    decide it) or insensitive (its positive control never showed z: ``eu_audit.sensitivity``), unless the
+    team accepts that explicitly, each apart."""
     if any(g.outcome == "failed" for g in results):
         return 1
     if any(g.outcome == "inconclusive" for g in results) and not inconclusive_passes:
+        return 4
+    if any(g.outcome == "insensitive" for g in results) and not insensitive_passes:
         return 4
     return 0
 

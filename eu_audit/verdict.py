@@ -32,7 +32,6 @@ within the margin.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,6 +39,7 @@ from typing import Protocol
 from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
+from eu_audit.sensitivity import EQUALITY, OPS, controlled, value_of
 
 #: engines whose replays are exact (the canonical schedule): equal states there are a fact
 EXACT_ENGINES = ("llamacpp", "hf")
@@ -275,16 +275,6 @@ def n_to_fail(ds: Sequence[float], kind: Kind, alpha: float) -> int | None:
     return hi
 
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": lambda a, b: a <= b + TOL,
-    ">=": lambda a, b: a >= b - TOL,
-    "==": lambda a, b: abs(a - b) <= TOL,
-    "<": operator.lt,
-    ">": operator.gt,
-}
-TOL = 1e-9
-
-
 def is_fact(rhs: str) -> bool:
     """A rule against a number is a requirement on every session (``residue_store==0``,
     ``agreement>=0.99``); a rule against the floor is a comparison of two populations."""
@@ -382,14 +372,6 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
     )
 
 
-def value_of(state: StateAudit, name: str) -> float | None:
-    """A metric's value on a state, or a channel's count (``store.history``: ``eu_audit.audits.channels``)."""
-    if "." in name:
-        kind, tier = name.split(".", 1)
-        return channel_value(state, kind, tier)
-    return state.values.get(name)
-
-
 def unmeasured_reason(state: StateAudit, name: str) -> str:
     if "." in name:
         kind, tier = name.split(".", 1)
@@ -398,16 +380,16 @@ def unmeasured_reason(state: StateAudit, name: str) -> str:
 
 
 def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> GateResult:
-    """The verdict of one parsed rule on a finished audit."""
+    """The verdict of one parsed rule on a finished audit, with its positive control (``controlled``)."""
     ev = gather(report, rule)
     if isinstance(ev, GateResult):
         return ev
     if is_fact(rule.rhs):
-        return _fact(rule, ev)
+        return controlled(report, rule, _fact(rule, ev))
     metric = weighed_metric(rule)
     if metric is None:
-        return _observed(rule, ev)
-    return _weigh(report, rule, metric, ev, alpha, margin)
+        return controlled(report, rule, _observed(rule, ev))
+    return controlled(report, rule, _weigh(report, rule, metric, ev, alpha, margin))
 
 
 def weighed_metric(rule: Rule) -> Metric | None:
@@ -433,7 +415,7 @@ def _each_session(rule: Rule, ev: Evidence, broken: int, test: str, broke: str, 
 
 
 def _fact(rule: Rule, ev: Evidence) -> GateResult:
-    broken = sum(not _OPS[rule.op](v, float(rule.rhs)) for v in ev.values)
+    broken = sum(not OPS[rule.op](v, float(rule.rhs)) for v in ev.values)
     broke = f"{rule.metric} {rule.op} {rule.rhs} broken"
     return _each_session(rule, ev, broken, "fact: every session observed", broke, "met")
 
@@ -488,7 +470,7 @@ def _weigh(
             f"equal to the floor token for token in all {n} session(s) on an exact engine ({report.engine}): "
             "the states are B5's, so equality itself decides"
         )
-        return _result(rule, "held", detail, test="equality (deterministic states)", n=n, p=p)
+        return _result(rule, "held", detail, test=EQUALITY, n=n, p=p)
     if bound is not None and w.outcome == "held" and not ev.missing:
         detail = (
             f"mean difference {mean:+.3g}, upper {1 - alpha:.0%} bound {bound.value:.3g} <= margin {tol:g} "

@@ -53,6 +53,11 @@ class Metric:
     observation: bool = False
     #: the summary group a failed rule on it puts a method in (None: "fails another rule")
     shows: Shows | None = None
+    #: a hold on it needs a positive control: the state without the forget (B0) must have shown what it
+    #: measures (z said, done, kept; an action or answer unlike the reference) in some session, or the
+    #: measurement could not tell a forget from none (``eu_audit.verdict``: *insensitive*). Cost,
+    #: utility and serving-cache metrics measure no z and need none
+    control: bool = False
 
     @property
     def bounded(self) -> bool:

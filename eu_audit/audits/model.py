@@ -74,7 +74,9 @@ class Cell(BaseModel):
     unmeasured: dict[str, str] = Field(default_factory=dict)  # metric -> reason, when no state measured it
 
 
-Outcome = Literal["held", "failed", "inconclusive"]
+#: insensitive: the rule's positive control (B0, the state without the forget) never showed what the rule
+#: looks for, so this measurement cannot tell a forget from none; it never counts as a hold
+Outcome = Literal["held", "failed", "inconclusive", "insensitive"]
 
 
 class GateResult(BaseModel):
@@ -88,6 +90,11 @@ class GateResult(BaseModel):
     p: float | None = None  # one-sided p that the method is worse than the reference
     interval: tuple[float | None, float | None] | None = None  # bound(s) of the mean worse-difference
     n_needed: int | None = None  # inconclusive: the n that would decide at the observed rates
+    #: what the positive control showed on the rule's sessions ("B0 leaked in 7 of 30 sessions (0.23)",
+    #: "not recorded"); empty where the rule needs none (cost, utility, equality on an exact engine)
+    control: str = ""
+    #: the control's rate: the share of its sessions where it showed what the rule looks for
+    control_rate: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

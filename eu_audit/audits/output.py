@@ -83,10 +83,10 @@ def shown_by(shows: Shows) -> set[str]:
 
 def verdicts(report: AuditReport) -> dict[str, str]:
     """method -> forgets / only stops saying / acts unlike the reference / still leaks / still holds the
-    target / not shown at this n, from its default rules' verdicts on all sessions (``gate.default_rules``):
-    "forgets" only when every rule held with evidence, "only stops saying" only when its string-leak rules
-    held (a leak not yet significant is not "no leak"). Without a floor nothing is compared: "not measured
-    (no floor)"."""
+    target / not shown at this n / insensitive, from its default rules' verdicts on all sessions
+    (``gate.default_rules``): "forgets" only when every rule held with evidence, "only stops saying" only
+    when its string-leak rules held (a leak not yet significant is not "no leak"). Without a floor nothing
+    is compared: "not measured (no floor)"."""
     from eu_audit.gate import default_rules, evaluate, parse_rule
 
     out = {}
@@ -116,6 +116,8 @@ def verdicts(report: AuditReport) -> dict[str, str]:
             if failed
             else "not shown at this n"
             if any(o == "inconclusive" for o in got.values()) or not got
+            else "insensitive"
+            if any(o == "insensitive" for o in got.values())
             else "forgets"
         )
     return out
@@ -131,6 +133,11 @@ GROUP_SENTENCES = (
     (
         "not shown at this n",
         "Not shown to forget at this n (no rule failed, some are inconclusive; more sessions would decide)",
+    ),
+    (
+        "insensitive",
+        "Not shown to forget here (no rule failed; some are insensitive: their positive control, the state "
+        "without the forget, never showed z, so those measurements cannot tell a forget from none)",
     ),
     ("fails another rule", "Fail a rule against the floor"),
     (
@@ -391,7 +398,8 @@ def junit_xml(report: AuditReport) -> str:
             counts[suite][1] += 1
             ET.SubElement(tc, "failure", message=f"{g.detail} [{g.test}]", type=g.outcome)
         else:
-            ET.SubElement(tc, "system-out").text = f"held: {g.detail} [{g.test}]"
+            control = f"; positive control: {g.control}" if g.control else ""
+            ET.SubElement(tc, "system-out").text = f"held: {g.detail} [{g.test}]{control}"
     for suite, ts in by_suite.items():
         n, fails, errs = counts[suite]
         ts.set("tests", str(n))

@@ -56,6 +56,13 @@ AuditOnInconclusive = Annotated[
         "explicitly)."
     ),
 ]
+AuditOnInsensitive = Annotated[
+    str,
+    typer.Option(
+        help="fail (exit 4, the default: a rule whose positive control never showed z cannot tell a forget "
+        "from none) or pass (accept such a rule, explicitly; it stays insensitive in JSON, JUnit, receipt)."
+    ),
+]
 AuditSeed = Annotated[int, typer.Option(help="Seed the sample seeds derive from (recorded in the report).")]
 AuditGate = Annotated[
     list[str] | None,
@@ -126,6 +133,7 @@ def audit(
     margin: AuditMargin = 0.1,
     alpha: AuditAlpha = 0.05,
     on_inconclusive: AuditOnInconclusive = "fail",
+    on_insensitive: AuditOnInsensitive = "fail",
     seed: AuditSeed = 0,
     gate: AuditGate = None,
     gate_set: AuditGateSet = None,
@@ -149,16 +157,19 @@ def audit(
     and [bold]--k[/] (samples per state). A long audit keeps each finished state in
     <states>.audit-progress.jsonl: run the same command again after an interruption and it resumes.
 
-    Each --gate is held, failed or inconclusive: against the floor, failed when the method is
+    Each --gate is held, failed, inconclusive or insensitive: against the floor, failed when the method is
     significantly worse at --alpha (one-sided, by the metric: exact McNemar on 0/1 outcomes, a betting
     test on rates, Wilcoxon on counts and seconds), held when the upper confidence
     bound of its difference is within --margin, inconclusive otherwise (with the n that would decide);
-    X==0 on a residue or leak is a fact: one session with z fails it. `eu-audit power` sizes a run.
+    X==0 on a residue or leak is a fact: one session with z fails it. A rule on z (leakage, probes,
+    behavior, CAD) has a positive control, B0 (no forget): where B0 never broke it on the rule's sessions
+    the rule is insensitive, never held (B0's rate is printed beside each rule; audit -m b0,... keeps it
+    in the run). `eu-audit power` sizes a run.
     [bold]--gate-set forget[/] is the recommended rule list, written once (the README's CI recipe uses it).
 
     Exit codes: 0 every gate held, 1 a gate failed or a state errored, 2 bad input, 3 the run failed,
     4 no gate failed but one is inconclusive (add sessions in a fresh run sized by eu-audit power;
-    --on-inconclusive pass accepts it).
+    --on-inconclusive pass accepts it) or insensitive (--on-insensitive pass accepts it).
 
     Example:
 
@@ -170,8 +181,9 @@ def audit(
     from eu_audit.gate import check_rules, expand_gate_sets
     from eu_audit.jsonl import check_output_path
 
-    if on_inconclusive not in ("fail", "pass"):
-        raise BadInput(f"--on-inconclusive must be fail or pass, not {on_inconclusive!r}")
+    for name, value in (("--on-inconclusive", on_inconclusive), ("--on-insensitive", on_insensitive)):
+        if value not in ("fail", "pass"):
+            raise BadInput(f"{name} must be fail or pass, not {value!r}")
     for path in (json_path, junit_path, rows_path):
         if path is not None:
             check_output_path(path, force=force)  # refused now, not after hours of compute
@@ -217,6 +229,7 @@ def audit(
         rules,
         (json_path, junit_path, rows_path),
         on_inconclusive,
+        on_insensitive=on_insensitive,
         private=reveal_target,
         receipt=receipt,
     )
@@ -246,6 +259,7 @@ def apply_gates(
     outputs: tuple[Path | None, ...],
     on_inconclusive: str,
     *,
+    on_insensitive: str = "fail",
     private: bool = False,
     receipt: tuple[Path, Path, list[Path], list[str]] | None = None,
 ) -> None:
@@ -258,8 +272,17 @@ def apply_gates(
     _write_audit(rep, *outputs, private=private)
     if receipt is not None and outputs[0] is not None:
         _write_receipt(rep, outputs[0], *receipt)
-    code = exit_code(rep.gates, inconclusive_passes=on_inconclusive == "pass")
-    if code == 4:
+    code = exit_code(
+        rep.gates, inconclusive_passes=on_inconclusive == "pass", insensitive_passes=on_insensitive == "pass"
+    )
+    if code == 4 and any(g.outcome == "insensitive" for g in rep.gates):
+        say(
+            err,
+            "some rules are insensitive (exit 4): their positive control (B0, no forget) never showed z, so "
+            "they cannot tell a forget from none; measure on a model or suite where the no-forget state "
+            "leaks, or accept it with --on-insensitive pass",
+        )
+    elif code == 4:
         say(
             err,
             "no rule failed, but some are inconclusive at this n (exit 4), see above: add sessions in a "
@@ -282,10 +305,14 @@ def _print_audit(rep: object) -> None:
         "held": ("held", "green"),
         "failed": ("FAILED", "bold red"),
         "inconclusive": ("INCONCLUSIVE", "yellow"),
+        "insensitive": ("INSENSITIVE", "magenta"),
     }
     for g in rep.gates:
         word, style = styles[g.outcome]
-        say(out, Text(f"gate {g.rule}: "), Text(word, style=style), Text(f"  ({g.detail}; {g.test})"))
+        control = f"; control: {g.control}" if g.control and g.outcome != "insensitive" else ""
+        say(
+            out, Text(f"gate {g.rule}: "), Text(word, style=style), Text(f"  ({g.detail}; {g.test}{control})")
+        )
 
 
 def _write_receipt(

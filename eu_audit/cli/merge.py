@@ -30,6 +30,12 @@ def merge(
     gate_set: AuditGateSet = None,
     junit_path: Annotated[Path | None, typer.Option("--junit", help="With audits: JUnit XML.")] = None,
     on_inconclusive: Annotated[str, typer.Option(help="With audits: fail (exit 4) or pass.")] = "fail",
+    on_insensitive: Annotated[
+        str,
+        typer.Option(
+            help="With audits: a rule whose positive control never showed z: fail (exit 4) or pass."
+        ),
+    ] = "fail",
     force: Force = False,
 ) -> None:
     """Join the shards of one run: bundles into one bundle (then audit it), or shard audits into one
@@ -46,8 +52,9 @@ def merge(
     from eu_audit.jsonl import check_output_path
     from eu_audit.shards import merge_bundles, merge_reports
 
-    if on_inconclusive not in ("fail", "pass"):
-        raise BadInput(f"--on-inconclusive must be fail or pass, not {on_inconclusive!r}")
+    for name, value in (("--on-inconclusive", on_inconclusive), ("--on-insensitive", on_insensitive)):
+        if value not in ("fail", "pass"):
+            raise BadInput(f"{name} must be fail or pass, not {value!r}")
     check_output_path(out_path, force=force)
     try:
         head = files[0].read_bytes()[:200].lstrip() if files else b""
@@ -71,4 +78,4 @@ def merge(
     rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine)), *(gate or [])]
     rules = rules or gated_rules(rep)  # the shards' own, decided on the union
     check_rules(rules, rep.methods, rep.suites)
-    apply_gates(rep, rules, (out_path, junit_path, None), on_inconclusive)
+    apply_gates(rep, rules, (out_path, junit_path, None), on_inconclusive, on_insensitive=on_insensitive)

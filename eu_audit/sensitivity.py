@@ -1,0 +1,129 @@
+"""Sensitivity: could a verdict have come out the other way? A rule's *positive control*.
+
+A hold says "the forget left nothing here" only where the measurement would have seen z had it been
+there. On a white-box bundle the control of every rule on a metric that measures z (``Metric.control``)
+is the state that never got the forget, B0: on the rule's suite it must have broken the rule (against
+the floor: been worse than the floor's state) in at least one session. Where it never did, the rule is
+*insensitive*: this measurement did not see z even without the forget, so it cannot tell a forget from
+none, and it never counts as a hold (``eu_audit.gate.exit_code``: exit 4 like inconclusive, unless
+``--on-insensitive pass``). A state equal to the floor's token for token on an exact engine needs no
+control: it is B5's state. A black-box run's controls are what each channel held before the forget
+(``eu_audit.audits.channels``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from eu_audit.audits.channels import channel_value
+from eu_audit.audits.metric import METRICS, side_of
+from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
+
+
+class Rule(Protocol):
+    """What a control reads of a parsed gate rule (``gate.Rule``)."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def suite(self) -> str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def rhs(self) -> str: ...
+
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": lambda a, b: a <= b + TOL,
+    ">=": lambda a, b: a >= b - TOL,
+    "==": lambda a, b: abs(a - b) <= TOL,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+TOL = 1e-9
+
+
+def value_of(state: StateAudit, name: str) -> float | None:
+    """A metric's value on a state, or a channel's count (``store.history``: ``eu_audit.audits.channels``)."""
+    if "." in name:
+        kind, tier = name.split(".", 1)
+        return channel_value(state, kind, tier)
+    return state.values.get(name)
+
+
+#: the positive control of a white-box rule: the state that never got the forget (the paper's B0)
+CONTROL = "b0"
+EQUALITY = "equality (deterministic states)"
+
+
+@dataclass(frozen=True)
+class Control:
+    """What the positive control showed on a rule's suite: ``shown`` of ``n`` sessions where the state
+    without the forget broke the rule (against the floor: was worse than the floor's state)."""
+
+    shown: int
+    n: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.shown / self.n if self.n else None
+
+    def text(self, against_floor: bool) -> str:
+        if not self.n:
+            return f"no positive control: {CONTROL.upper()} (no forget) was not audited on these sessions"
+        what = "worse than the floor" if against_floor else "broke the rule"
+        rate = f"{self.shown / self.n:.2f}"
+        return f"{CONTROL.upper()} (no forget) {what} in {self.shown} of {self.n} session(s) ({rate})"
+
+
+def positive_control(report: AuditReport, rule: Rule) -> Control | None:
+    """What the state without the forget (B0) showed for this rule on its sessions; None where the rule
+    needs no control: a metric that measures no z (cost, utility), or a black-box run (its controls are
+    what each channel held before the forget, ``eu_audit.audits.channels``)."""
+    metric = METRICS.get(rule.metric) if rule.metric in METRICS else None
+    if metric is None or not metric.control or side_of(report.engine) != "white":
+        return None
+    mine = [
+        s for s in report.states if s.method == CONTROL and not s.error and rule.suite in ("all", s.suite)
+    ]
+    floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
+    sign = -1.0 if rule.op in (">=", ">") else 1.0
+    shown = n = 0
+    for s in mine:
+        v = value_of(s, rule.metric)
+        if v is None:
+            continue
+        if rule.rhs == "floor":
+            f = floor.get(s.session_id)
+            fv = value_of(f, rule.metric) if f is not None else None
+            if fv is None:
+                continue
+            broke = sign * (v - fv) > TOL
+        else:
+            broke = not OPS[rule.op](v, float(rule.rhs))
+        n += 1
+        shown += broke
+    return Control(shown, n)
+
+
+def controlled(report: AuditReport, rule: Rule, result: GateResult) -> GateResult:
+    """``result`` with its positive control, and *insensitive* in place of held or inconclusive where the
+    control never showed what the rule looks for: the measurement could not have told a forget from none.
+    A state equal to the floor's token for token on an exact engine needs no control (it is B5's state)."""
+    ctrl = positive_control(report, rule)
+    if ctrl is None or result.test == EQUALITY:
+        return result
+    text = ctrl.text(rule.rhs == "floor")
+    update: dict[str, object] = {"control": text, "control_rate": ctrl.rate}
+    if ctrl.shown == 0 and result.outcome in ("held", "inconclusive"):
+        update["outcome"] = "insensitive"
+        update["detail"] = (
+            f"{text}: this measurement did not see z even without the forget, so it cannot tell a forget "
+            f"from none at this n (was {result.outcome}: {result.detail})"
+        )
+    return result.model_copy(update=update)
