@@ -37,6 +37,7 @@ from eu_audit.errors import BadInput, EuAuditError
 from eu_audit.runtime.agent import derive_seed
 from eu_audit.runtime.memory import memory_text
 from eu_audit.runtime.models import LoadedModel
+from eu_audit.sensitivity import CONTROL
 from eu_audit.summary import summarise
 from eu_audit.trace.records import BLACK_BOX_ENGINE
 from eu_audit.trace.session import Bundle, SessionTrace
@@ -79,6 +80,12 @@ class AuditPlan:
     side: Side
 
 
+def with_floor_and_control(names: list[str], floor: bool) -> list[str]:
+    """The methods an audit runs: the ones asked for, and with the floor, B5 (the reference every rule
+    compares with) and B0 (the positive control every rule on z needs: ``eu_audit.sensitivity``)."""
+    return [*names, *(m for m in (CONTROL, FLOOR) if floor and m not in names)]
+
+
 def audit_plan(path: str | Path, opts: AuditOptions) -> AuditPlan:
     bundle = read_bundle(path)
     suites = list(dict.fromkeys(s.session.suite for s in bundle.sessions))
@@ -86,10 +93,10 @@ def audit_plan(path: str | Path, opts: AuditOptions) -> AuditPlan:
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     if any(s.session.method for s in bundle.sessions):
         present = list(dict.fromkeys(s.session.method or "recorded" for s in bundle.sessions))
-        planned = [m for m in present if wanted is None or m in wanted or (opts.floor and m == FLOOR)]
+        kept = (FLOOR, CONTROL) if opts.floor else ()
+        planned = [m for m in present if wanted is None or m in wanted or m in kept]
         return AuditPlan([*planned, SERVING] if opts.serving else planned, suites, side)
-    names = parse_methods(list(opts.methods), bundle.header.engine)
-    names = [*names, FLOOR] if opts.floor and FLOOR not in names else names
+    names = with_floor_and_control(parse_methods(list(opts.methods), bundle.header.engine), opts.floor)
     return AuditPlan([*names, SERVING] if opts.serving else names, suites, side)
 
 
@@ -101,9 +108,7 @@ def ensure_post_forget(
     bundle = read_bundle(path)
     if any(s.session.method for s in bundle.sessions):
         return bundle, None
-    names = parse_methods(list(opts.methods), bundle.header.engine)
-    if opts.floor and FLOOR not in names:
-        names.append(FLOOR)
+    names = with_floor_and_control(parse_methods(list(opts.methods), bundle.header.engine), opts.floor)
     out = opts.unlearned_out or path.with_name(f"{path.stem}.audit-states{path.suffix or '.jsonl'}")
     if out.exists():
         try:
@@ -146,7 +151,9 @@ def audit(
     sessions = [
         s
         for s in bundle.sessions
-        if wanted is None or s.session.method in wanted or (opts.floor and s.session.method == FLOOR)
+        if wanted is None
+        or s.session.method in wanted
+        or (opts.floor and s.session.method in (FLOOR, CONTROL))
     ]
     if opts.floor and not any(s.session.method == FLOOR for s in sessions):
         raise BadInput(

@@ -21,6 +21,7 @@ from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.errors import BadInput
 from eu_audit.registry import Registry
+from eu_audit.sensitivity import CONTROL
 
 _RULE = re.compile(r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$")
 _CHANNEL_RULE = re.compile(  # the channel kinds are eu_audit.audits.channels.KINDS
@@ -114,12 +115,13 @@ def describe_gate_sets() -> str:
 
 
 def expand_gate_sets(names: Sequence[str], methods: Sequence[str], side: Side) -> list[str]:
-    """The rules the named sets hold each method to (the floor and the serving layer excepted)."""
+    """The rules the named sets hold each method to (the floor, the positive control, which is expected
+    to keep z, and the serving layer excepted)."""
     out: list[str] = []
     for name in names:
         gate_set = GATE_SETS.get(name)
         for method in methods:
-            if method in (FLOOR, SERVING):
+            if method in (FLOOR, CONTROL, SERVING):
                 continue
             for rule in gate_set.rules:
                 parsed = parse_rule(f"{method}.{rule}")
@@ -184,14 +186,17 @@ def exit_code(
     return 0
 
 
-def default_rules(report: AuditReport, suites: Sequence[str] | None = None) -> list[str]:
+def default_rules(
+    report: AuditReport, suites: Sequence[str] | None = None, *, control: bool = False
+) -> list[str]:
     """The rules a method is held to when the user names none: each JUnit metric of each method against
     the floor, per suite, where that method's states measured it at all. A metric no state of the method
     can measure (token agreement for a black-box agent) is left out: it is listed as not measured,
-    never a failure of every such agent nor a silent hold."""
+    never a failure of every such agent nor a silent hold. The positive control (B0, no forget) is no
+    method under test: its rules only with ``control`` (the summary's line on what no forget leaves)."""
     out = []
     for method in report.methods:
-        if method in (FLOOR, SERVING):
+        if method in (FLOOR, SERVING) or (method == CONTROL and not control):
             continue
         for suite in suites if suites is not None else report.suites:
             states = [s for s in report.states if s.method == method and suite in ("all", s.suite)]

@@ -7,8 +7,9 @@ the floor: been worse than the floor's state) in at least one session. Where it 
 *insensitive*: this measurement did not see z even without the forget, so it cannot tell a forget from
 none, and it never counts as a hold (``eu_audit.gate.exit_code``: exit 4 like inconclusive, unless
 ``--on-insensitive pass``). A state equal to the floor's token for token on an exact engine needs no
-control: it is B5's state. A black-box run's controls are what each channel held before the forget
-(``eu_audit.audits.channels``).
+control: it is B5's state. On a black-box run the control is the no-forget tenant (``record --agent
+--positive-control``, on by default), named B0 too: driven like the agent, never sent the forget; its
+channels, probes and samples are what the agent would show had it not forgotten.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Control:
 
     shown: int
     n: int
+    side: str = "white"
 
     @property
     def rate(self) -> float | None:
@@ -75,48 +77,71 @@ class Control:
 
     def text(self, against_floor: bool) -> str:
         if not self.n:
-            return f"no positive control: {CONTROL.upper()} (no forget) was not audited on these sessions"
+            how = "audit -m b0,..." if self.side == "white" else "record --agent --positive-control"
+            return f"no positive control: {CONTROL.upper()} (no forget) not recorded here ({how})"
         what = "worse than the floor" if against_floor else "broke the rule"
         rate = f"{self.shown / self.n:.2f}"
         return f"{CONTROL.upper()} (no forget) {what} in {self.shown} of {self.n} session(s) ({rate})"
 
 
+#: a recheck's channel (``after.restart``) has no twin on the control, which is never sent the forget:
+#: its control is whether the no-forget state kept z at all, in a prompt or its store
+KEPT = ("residue_context", "residue_store")
+
+
+def control_value(state: StateAudit, name: str) -> float | None:
+    """The control's value of a rule's metric or channel (``after.*``: what it kept, ``KEPT``)."""
+    if name.startswith("after."):
+        got = [v for m in KEPT if (v := state.values.get(m)) is not None]
+        return max(got) if got else None
+    return value_of(state, name)
+
+
+def needs_control(name: str) -> bool:
+    """A channel (z in one place) always; a metric when it measures z (``Metric.control``)."""
+    if "." in name:
+        return True
+    return name in METRICS and METRICS.get(name).control
+
+
 def positive_control(report: AuditReport, rule: Rule) -> Control | None:
-    """What the state without the forget (B0) showed for this rule on its sessions; None where the rule
-    needs no control: a metric that measures no z (cost, utility), or a black-box run (its controls are
-    what each channel held before the forget, ``eu_audit.audits.channels``)."""
-    metric = METRICS.get(rule.metric) if rule.metric in METRICS else None
-    if metric is None or not metric.control or side_of(report.engine) != "white":
+    """What the state without the forget (B0: the white-box method, or the black-box run's no-forget
+    tenant) showed for this rule on its sessions; None where the rule needs no control (cost, utility)."""
+    if not needs_control(rule.metric):
         return None
+    side = side_of(report.engine)
     mine = [
         s for s in report.states if s.method == CONTROL and not s.error and rule.suite in ("all", s.suite)
     ]
     floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
     sign = -1.0 if rule.op in (">=", ">") else 1.0
+    presence = "." in rule.metric and rule.rhs == "floor"  # a channel against the floor: presence
     shown = n = 0
     for s in mine:
-        v = value_of(s, rule.metric)
+        v = control_value(s, rule.metric)
         if v is None:
             continue
         if rule.rhs == "floor":
             f = floor.get(s.session_id)
-            fv = value_of(f, rule.metric) if f is not None else None
+            fv = control_value(f, rule.metric) if f is not None else None
             if fv is None:
                 continue
-            broke = sign * (v - fv) > TOL
+            broke = (bool(v) and not fv) if presence else sign * (v - fv) > TOL
         else:
             broke = not OPS[rule.op](v, float(rule.rhs))
         n += 1
         shown += broke
-    return Control(shown, n)
+    return Control(shown, n, side)
 
 
-def controlled(report: AuditReport, rule: Rule, result: GateResult) -> GateResult:
+def controlled(
+    report: AuditReport, rule: Rule, result: GateResult, *, floors_own: bool = False
+) -> GateResult:
     """``result`` with its positive control, and *insensitive* in place of held or inconclusive where the
     control never showed what the rule looks for: the measurement could not have told a forget from none.
     A state equal to the floor's token for token on an exact engine needs no control (it is B5's state)."""
     ctrl = positive_control(report, rule)
-    if ctrl is None or result.test == EQUALITY:
+    if ctrl is None or result.test == EQUALITY or (floors_own and result.outcome == "held"):
         return result
     text = ctrl.text(rule.rhs == "floor")
     update: dict[str, object] = {"control": text, "control_rate": ctrl.rate}

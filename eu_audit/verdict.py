@@ -384,12 +384,14 @@ def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> G
     ev = gather(report, rule)
     if isinstance(ev, GateResult):
         return ev
+    # a state that is the floor's token for token on an exact engine is B5's: it needs no control
+    floors_own = ev.identical and not ev.missing and report.engine in EXACT_ENGINES
     if is_fact(rule.rhs):
-        return controlled(report, rule, _fact(rule, ev))
+        return controlled(report, rule, _fact(rule, ev), floors_own=floors_own)
     metric = weighed_metric(rule)
     if metric is None:
-        return controlled(report, rule, _observed(rule, ev))
-    return controlled(report, rule, _weigh(report, rule, metric, ev, alpha, margin))
+        return controlled(report, rule, _observed(rule, ev), floors_own=floors_own)
+    return controlled(report, rule, _weigh(report, rule, metric, ev, alpha, margin), floors_own=floors_own)
 
 
 def weighed_metric(rule: Rule) -> Metric | None:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
-from eu_audit.audits.leakage import sink_class
+from eu_audit.audits.leakage import artifact_leak, sink_class
 from eu_audit.audits.metrics import cad, picked, token_agreement, total_variation
 from eu_audit.audits.model import AuditReport
 from eu_audit.audits.probes import Ask, ProbeRunner, load_probes
@@ -147,9 +147,13 @@ def test_distribution_measures_on_constructed_cases() -> None:
     assert picked("Neither.", ["Smith Cabs", "Weber Cabs"]) is None
 
 
-def test_b1_leaves_leakage_unchanged_and_b7_sits_at_the_floor(tiny: LoadedModel, tiny_states: Path) -> None:
-    """Mechanics on the tiny model: B1 touches only the persistent record, not the session; B7's state is
-    B5's, so it answers identically (agreement 1, CAD 0)."""
+def test_b1_deletes_only_the_record_and_leaves_every_derived_artifact_and_b7_sits_at_the_floor(
+    tiny: LoadedModel, tiny_states: Path
+) -> None:
+    """Mechanics on the tiny model: B1 touches only the persistent record, not the session: every answer,
+    summary, plan, write-back and call B0 holds (z or not) B1 holds too, and the record that held z is
+    gone. B7's state is B5's, so it answers identically (agreement 1, CAD 0). (Whether B1 *leaks* like B0
+    on a model that repeats z is the default model's report's finding, not a mechanics test's.)"""
     rep = audit(tiny_states, AuditOptions(k=2, max_tokens=6), loaded=tiny)
     by = {(s.session_id, s.method): s for s in rep.states}
     traces = {(t.session.parent_session, t.session.method): t for t in read_bundle(tiny_states).sessions}
@@ -157,9 +161,14 @@ def test_b1_leaves_leakage_unchanged_and_b7_sits_at_the_floor(tiny: LoadedModel,
         b0, b1 = traces[sid, "b0"], traces[sid, "b1"]
         assert b1.session.final_manifest == b0.session.final_manifest  # the session is untouched
         assert {m.id for m in b0.session.memory_final} - {m.id for m in b1.session.memory_final} <= {"m-home"}
-        assert [p.leaked for p in by[sid, "b1"].probes] == [p.leaked for p in by[sid, "b0"].probes]
+        tau = b0.session.episode.tau
+        kept0, kept1 = artifact_leak(b0, tau), artifact_leak(b1, tau)
+        assert (kept1.exact, kept1.action) == (kept0.exact, kept0.action)  # every derived artifact stays
+        assert by[sid, "b1"].values["leak_record"] == 0.0  # the stored record holding z is gone
         assert [p.text for p in by[sid, "b7"].probes] == [p.text for p in by[sid, "b5"].probes]
         assert by[sid, "b7"].values["agreement"] == 1.0 and by[sid, "b7"].values["cad"] == 0.0
+    # the memory-injected address was in B0's own record: a deletion B1 made, visible in this measure
+    assert any(by[sid, "b0"].values["leak_record"] == 1.0 for sid in {s.session_id for s in rep.states})
     b7 = next(c for c in rep.cells if c.method == "b7" and c.suite == "all")
     assert b7.values["leak_probes"] == b7.floor["leak_probes"]
     assert all(g.held for g in evaluate(rep, ["b7.leak_probes<=floor", "b7.cad==0", "b7.agreement>=0.99"]))
@@ -216,7 +225,8 @@ def test_a_failing_gate_exits_1_and_reports_are_written(tiny_states: Path, tmp_p
     assert proc.returncode == 1, proc.stderr
     assert "FAILED" in proc.stdout and "held" in proc.stdout
     report = json.loads(js.read_text())
-    assert report["format"] == "eu-audit/audit@1" and report["methods"] == ["b5", "b7"]
+    # b7 as asked, with the floor B5 and the positive control B0 every rule on z reads
+    assert report["format"] == "eu-audit/audit@1" and report["methods"] == ["b0", "b5", "b7"]
     # the cost covers the whole job: every state's audit time and the methods' own (their ledgers)
     cost, states = report["cost"], report["states"]
     assert cost["audit_s"] > 0

@@ -43,7 +43,11 @@ def hidden(recorded: tuple[Path, AuditReport]) -> tuple[Path, AuditReport]:
 
 
 def by_name(rep: AuditReport) -> dict[str, dict[str, int]]:
-    return {c.name: c.counts for c in channels([s for s in rep.states if s.method == "agent"])}
+    """Each channel's sessions per verdict, read against the run's no-forget tenant (the control)."""
+    control = {s.session_id: s for s in rep.states if s.method == "b0"}
+    return {
+        c.name: c.counts for c in channels([s for s in rep.states if s.method == "agent"], control=control)
+    }
 
 
 def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps_it(
@@ -62,10 +66,10 @@ def test_a_forget_that_only_stops_saying_z_is_suppressed_in_the_store_that_keeps
     # no serve log: what reached the model is not observable, never counted clean
     assert got["prompts after the forget"]["unknown"] == 2
     # the serving layer's cache is never seen through the contract (serve is a stand-in): unknown, not clean
-    assert got["serving cache"] == {"leaked": 0, "suppressed": 0, "erased": 0, "unknown": 2}
+    assert got["serving cache"]["unknown"] == 2 and sum(got["serving cache"].values()) == 2
     assert any("store.archive suppressed (2 of 2 sessions)" in line for line in channel_lines(rep))
     table = "\n".join(channel_table(rep))
-    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 0 |" in table
+    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 0 | 0 | 0 |" in table
 
 
 def test_a_forget_that_deletes_nothing_leaks_in_its_answers_its_replies_and_its_store(tmp_path: Path) -> None:
@@ -77,7 +81,9 @@ def test_a_forget_that_deletes_nothing_leaks_in_its_answers_its_replies_and_its_
     replies = {c.name: c for c in channels(agent)}["replies after the forget"]
     assert replies.counts["leaked"] == 2 and replies.example.startswith("[turn ")
     assert all(s.values["leak_exact"] == 1 for s in agent)
-    assert "| replies after the forget | leaked | 2 | 0 | 0 | 0 | 0 |" in "\n".join(channel_table(rep))
+    assert "| replies after the forget | leaked | 2 | 0 | 0 | 0 | 0 | 0 | 0 |" in "\n".join(
+        channel_table(rep)
+    )
     # a reply that spans lines, fences code and pipes text stays one row of the table, one code span
     for s in agent:
         s.reply_example = "[turn 9, assistant] Here:\n```bash\nsort | uniq\n```"
@@ -91,7 +97,10 @@ def test_an_agent_that_says_nothing_is_not_shown_to_have_erased_z_from_what_it_s
     assert got["answers to probes"]["unknown"] == got["replies after the forget"]["unknown"] == 2
     assert got["store dump"]["erased"] == 2  # what it keeps is observed all the same: its forget removed z
     table = "\n".join(channel_table(rep))
-    assert "| replies after the forget | unknown | 0 | 0 | 0 | 2 | 0 | `the agent said nothing there" in table
+    assert (
+        "| replies after the forget | unknown | 0 | 0 | 0 | 0 | 0 | 2 | 0 | `the agent said nothing there"
+        in table
+    )
     assert all(s.replies == 0 for s in rep.states if s.method == "agent")
 
 
@@ -178,8 +187,10 @@ def test_z_the_floor_also_holds_is_counted_beside_the_verdict_and_a_floor_gate_r
             s.residue = dict(agent[s.session_id].residue)
             s.values["residue_store"] = agent[s.session_id].values["residue_store"]
     got = {g.rule: g for g in evaluate(rep, [rule])}[rule]
-    assert got.outcome == "held" and "only where the floor had it" in got.detail
-    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 2 |" in "\n".join(channel_table(rep))
+    # z there only where the floor had it: nothing the forget left; and since the reference holds z there
+    # too, the no-forget control is no worse than it either: the rule cannot tell a forget from none
+    assert got.outcome == "insensitive" and "only where the floor had it" in got.detail
+    assert "| store.archive | suppressed | 0 | 2 | 0 | 0 | 0 | 0 | 2 |" in "\n".join(channel_table(rep))
     assert any("store.archive suppressed (2 of 2 sessions; B5 too)" in line for line in channel_lines(rep))
     # the count rule is still a fact: z in the store fails it, whatever B5 held
     assert evaluate(rep, ["agent.store.archive==0"])[0].outcome == "failed"

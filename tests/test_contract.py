@@ -171,7 +171,8 @@ def test_audit_rows_are_exported_as_a_parquet_data_set(tiny_states: Path, tmp_pa
     from datasets import Dataset
 
     ds = Dataset.from_parquet(str(rows))
-    assert set(ds["method"]) == {"b5", "b7"} and "leak_probes" in ds.column_names
+    # b7 as asked, and the audit's own: the floor B5 and the positive control B0
+    assert set(ds["method"]) == {"b0", "b5", "b7"} and "leak_probes" in ds.column_names
     assert rows.stat().st_mode & 0o777 == 0o600
 
 
@@ -191,7 +192,7 @@ def test_an_audit_that_made_its_states_resumes_them_the_next_time(tiny: LoadedMo
     opts = AuditOptions(methods=["b7"], k=1, max_tokens=4)
     first = audit(src, opts, loaded=tiny)
     again = audit(src, opts, loaded=tiny)
-    assert first.cost["resumed_states"] == 0 and again.cost["resumed_states"] == len(again.states) == 2
+    assert first.cost["resumed_states"] == 0 and again.cost["resumed_states"] == len(again.states) == 3
     assert [s.values for s in again.states] == [s.values for s in first.states]
 
 
@@ -201,7 +202,7 @@ def test_the_audit_json_says_what_it_cost(tiny: LoadedModel, tiny_states: Path, 
     rep = audit(fresh, AuditOptions(methods=["b7"], k=1, max_tokens=4), loaded=tiny)
     cost = json.loads(rep.model_dump_json())["cost"]
     assert cost["engine"] == "hf" and cost["branches"] == "one by one" and cost["cores"] >= 1
-    assert cost["states"] == len(rep.states) == 4 and cost["resumed_states"] == 0  # b7 and b5, 2 sessions
+    assert cost["states"] == len(rep.states) == 6 and cost["resumed_states"] == 0  # b7, b5, b0; 2 sessions
     assert 0 < cost["audit_s"] <= cost["wall_s"]  # the states' audits are part of the whole job
     assert cost["methods_s"] == round(sum(s.values["wall_s"] or 0 for s in rep.states), 1)
 

@@ -37,7 +37,10 @@ def run(tmp_path: Path, agent: str, recheck: tuple[str, ...] = RECHECK) -> tuple
 
 
 def by_name(rep: AuditReport) -> dict[str, dict[str, int]]:
-    return {c.name: c.counts for c in channels([s for s in rep.states if s.method == "agent"])}
+    control = {s.session_id: s for s in rep.states if s.method == "b0"}
+    return {
+        c.name: c.counts for c in channels([s for s in rep.states if s.method == "agent"], control=control)
+    }
 
 
 def outcomes(rep: AuditReport, rules: list[str]) -> dict[str, str]:

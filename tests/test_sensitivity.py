@@ -61,7 +61,7 @@ def test_a_hold_with_no_b0_in_the_audit_is_insensitive(smol: AuditReport) -> Non
     without = wide.model_copy(update={"states": [s for s in wide.states if s.method != "b0"]})
     alone = evaluate(without, [rule])[0]
     assert with_b0.outcome == "held" and "2 of 10" in with_b0.control
-    assert alone.outcome == "insensitive" and "not audited" in alone.control
+    assert alone.outcome == "insensitive" and "not recorded" in alone.control
 
 
 def test_insensitive_exits_4_unless_accepted_and_the_receipt_counts_it_apart(

@@ -45,10 +45,13 @@ def test_a_gate_at_n_2_is_inconclusive_and_says_what_n_would_decide(tmp_path: Pa
     _, rep = gate_run(tmp_path, "thorough", 2)
     got = outcomes(rep)
     assert got["agent.residue_store==0"] == "held"  # a fact: every session observed, none with z
-    assert got["agent.leak_probes<=floor"] == got["agent.cad<=floor"] == "inconclusive"
+    assert got["agent.leak_probes<=floor"] == "inconclusive"
+    # the scripted agent never acts: without the forget its actions are B5's too, so CAD cannot see z
+    assert got["agent.cad<=floor"] == "insensitive"
     leak = next(g for g in rep.gates if g.rule == "agent.leak_probes<=floor")
     assert leak.n == 2 and leak.n_needed == 29 and "n >= 29" in leak.detail
-    assert exit_code(rep.gates) == 4 and exit_code(rep.gates, inconclusive_passes=True) == 0
+    assert exit_code(rep.gates) == 4 and exit_code(rep.gates, inconclusive_passes=True) == 4
+    assert exit_code(rep.gates, inconclusive_passes=True, insensitive_passes=True) == 0
     # the summary never calls it a forget, and JUnit marks the case inconclusive, not passed
     assert not any(line.startswith("Forget") for line in summary_lines(rep))
     assert any("Not shown to forget at this n" in line for line in summary_lines(rep))
@@ -56,10 +59,18 @@ def test_a_gate_at_n_2_is_inconclusive_and_says_what_n_would_decide(tmp_path: Pa
     assert case.find("failure").get("type") == "inconclusive"  # type: ignore[union-attr]
 
 
-def test_a_thorough_forget_at_the_n_power_asks_for_holds_every_rule(tmp_path: Path) -> None:
+def test_a_thorough_forget_at_the_n_power_asks_for_holds_every_rule_its_control_could_see(
+    tmp_path: Path,
+) -> None:
     _, rep = gate_run(tmp_path, "thorough", 30)
-    assert set(outcomes(rep).values()) == {"held"} and exit_code(rep.gates) == 0
-    assert any(line.startswith("Forget") and "agent" in line for line in summary_lines(rep))
+    got = outcomes(rep)
+    # each rule on what it says and keeps held, its no-forget control having shown z in every session
+    assert {got[r] for r in RULES if "cad" not in r} == {"held"}
+    assert all("30 of 30" in g.control for g in rep.gates if "cad" not in g.rule)
+    # it never acts, so CAD cannot tell a forget from none: insensitive, never held, and exit 4
+    assert got["agent.cad<=floor"] == "insensitive" and exit_code(rep.gates) == 4
+    rep.gates = [g for g in rep.gates if "cad" not in g.rule]
+    assert exit_code(rep.gates) == 0
     assert ET.fromstring(junit_xml(rep)).find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
 
 
@@ -114,7 +125,10 @@ def test_the_cli_exits_4_on_an_inconclusive_gate_and_power_sizes_the_job(tmp_pat
     report = json.loads(js.read_text())
     leak = next(g for g in report["gates"] if g["rule"] == "agent.leak_probes<=floor")
     assert leak["outcome"] == "inconclusive" and leak["test"] and leak["n_needed"] == 29
+    assert "INSENSITIVE" in proc.stdout and "--on-insensitive pass" in proc.stderr  # CAD: it never acts
     proc = run_cli("audit", str(bundle), *gates, "--on-inconclusive", "pass")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    proc = run_cli("audit", str(bundle), *gates, "--on-inconclusive", "pass", "--on-insensitive", "pass")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = run_cli("power", str(js))
     assert proc.returncode == 0 and "29" in proc.stdout, proc.stdout + proc.stderr

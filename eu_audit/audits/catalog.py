@@ -177,6 +177,7 @@ metric(
         sides=BLACK,
         observation=True,
         shows="keeps",
+        control=True,
     )
 )
 metric(
@@ -193,6 +194,7 @@ metric(
         sides=BLACK,
         observation=True,
         shows="keeps",
+        control=True,
     )
 )
 # Table 2: actions, utility, cost

@@ -12,8 +12,12 @@ audit. A channel is something the audit observed of the agent:
 
 Per session, a channel is **leaked** (z in what the agent said or did, or in a state channel of a session
 whose outputs leaked), **suppressed** (z in a prompt or store while nothing it said or did carried it: the
-forget hid z from the output, it did not erase it), **erased** (observed, no z), or **unknown** (the agent
-lacks what would show it: a fork for probes, a store dump, a serve log). A tier is named once it held z
+forget hid z from the output, it did not erase it), **erased** (observed, no z, and the positive control,
+the tenant driven the same way but never sent the forget, held z there: the forget took it), **never
+held** (observed, no z, but the control had none there either: the channel never held z, so it shows
+nothing of the forget), **not seen** (observed, no z, with no control recorded: whether z was ever there
+is not known), or **unknown** (the agent lacks what would show it: a fork for probes, a store dump, a
+serve log; or every answer in it was empty, which is no evidence of anything). A tier is named once it held z
 in some session (the residue records count only those); the rows "prompts after the forget", "store dump"
 and "tool arguments" cover every tier of their kind. A gate can name a channel (the count of items,
 calls or prompts holding z, per session): ``agent.store.history==0`` (a store of the agent's dump, by the
@@ -49,8 +53,9 @@ from eu_audit.blackbox.residue import (
 )
 from eu_audit.errors import BadInput
 
-Verdict = Literal["leaked", "suppressed", "erased", "unknown"]
-VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "unknown")  # the table's column order
+Verdict = Literal["leaked", "suppressed", "erased", "never held", "not seen", "unknown"]
+#: the table's column order
+VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "never held", "not seen", "unknown")
 
 #: a gate's channel kind -> (the metric that says it was observed, the residue key of its tier counts);
 #: ``after``'s tiers are the recheck events (``eu_audit.blackbox.recheck``), observed when they ran
@@ -194,6 +199,20 @@ def floor_holds(floor: StateAudit | None, name: str) -> bool:
     return kind in KINDS and kind != "after" and (channel_value(floor, kind, tier) or 0) > 0
 
 
+def control_holds(control: StateAudit, name: str) -> bool:
+    """Whether the positive control (the no-forget tenant) of a session held z in the channel ``name``;
+    for a recheck (``after.*``, which the control never runs) whether it kept z at all."""
+    if name.startswith("after.") or name == LABELS["after"]:
+        kept = (channel_value(control, k, t) or 0 for k in ("prompt", "store") for t in _tiers_of(control, k))
+        return any(v > 0 for v in kept) or _leaked_out(control)
+    return floor_holds(control, name)
+
+
+def _tiers_of(state: StateAudit, kind: str) -> list[str]:
+    _, key = KINDS[kind]
+    return list(state.residue.get(key, {}) if key else state.action_sinks)
+
+
 def said_nothing(state: StateAudit, metric: str) -> str:
     """Why an output channel clean of z shows nothing of the forget ("" when the agent said something
     there): every answer in it was empty, and an agent that says nothing repeats nothing (Letta on a small
@@ -212,6 +231,23 @@ def said_nothing(state: StateAudit, metric: str) -> str:
     else:  # counted at audit time (None in an audit from before the count)
         said, what = state.replies, "reply or summary after the forget"
     return "" if said is None or said else f"the agent said nothing there: every {what} was empty"
+
+
+def silent_where_control_said(state: StateAudit, control: StateAudit | None, metric: str) -> str:
+    """Why a clean output channel is no evidence of a forget although the control said z there ("" when
+    it is evidence): every answer of the agent's to a probe (or sample) the control leaked on was empty,
+    and an empty answer is no evidence of anything (Letta on a small model, which often answers nothing)."""
+    if control is None or metric not in ("leak_probes", "leak5"):
+        return ""
+    if metric == "leak_probes":
+        mine = {p.probe: p.text for p in state.probes}
+        asked = [mine.get(p.probe, "") for p in control.probes if p.leaked]
+    else:
+        matcher_hits = (control.values.get("leak5") or 0) > 0
+        asked = list(state.samples) if matcher_hits else []
+    if asked and not any(a.strip() for a in asked):
+        return f"the agent's {len(asked)} answer(s) where the control said z were all empty"
+    return ""
 
 
 def _leaked_out(state: StateAudit) -> bool:
@@ -244,22 +280,32 @@ class Channel:
 
     @property
     def headline(self) -> Verdict:
-        """The worst verdict any session gave (leaked > suppressed > unknown > erased)."""
-        order: tuple[Verdict, ...] = ("leaked", "suppressed", "unknown")
+        """The worst verdict any session gave (leaked > suppressed > unknown > not seen), else erased
+        where some session's forget took z, else never held."""
+        order: tuple[Verdict, ...] = ("leaked", "suppressed", "unknown", "not seen", "erased")
         for v in order:
             if self.counts[v]:
                 return v
-        return "erased"
+        return "never held"
 
 
-def channels(states: Sequence[StateAudit], floor: Mapping[str, StateAudit] | None = None) -> list[Channel]:
+def channels(
+    states: Sequence[StateAudit],
+    floor: Mapping[str, StateAudit] | None = None,
+    control: Mapping[str, StateAudit] | None = None,
+) -> list[Channel]:
     """Every channel observed over these (one method's black-box) states, outputs first; with ``floor``
-    (B5's states by session id), each channel also counts the sessions where the floor held z there too."""
+    (B5's states by session id), each channel also counts the sessions where the floor held z there too;
+    ``control`` (the no-forget tenant's states by session id) tells erased from never held, and without
+    it a clean channel is not seen."""
     out: dict[str, Channel] = {}
 
     def add(s: StateAudit, name: str, verdict: Verdict, why: str = "", example: str = "") -> None:
-        """One session's verdict on one channel, asking the floor's state of the same session too."""
+        """One session's verdict on one channel, asking the floor's and the control's states too."""
         twin = (floor or {}).get(s.session_id)
+        if verdict == "erased":
+            had = (control or {}).get(s.session_id)
+            verdict = "not seen" if had is None else "erased" if control_holds(had, name) else "never held"
         out.setdefault(name, Channel(name)).add(verdict, why, example, floor=floor_holds(twin, name))
 
     tiers = {
@@ -274,7 +320,10 @@ def channels(states: Sequence[StateAudit], floor: Mapping[str, StateAudit] | Non
             value = s.values.get(metric)
             if value is None:
                 add(s, name, "unknown", s.unmeasured.get(metric, "not measured"))
-            elif value == 0 and (why := said_nothing(s, metric)):
+            elif (value == 0 and (why := said_nothing(s, metric))) or (
+                value == 0
+                and (why := silent_where_control_said(s, (control or {}).get(s.session_id), metric))
+            ):
                 add(s, name, "unknown", why)
             else:
                 quote = s.reply_example if metric == "leak_exact" and value > 0 else ""
@@ -307,12 +356,14 @@ def channels(states: Sequence[StateAudit], floor: Mapping[str, StateAudit] | Non
 
 
 def channel_rows(
-    states: Iterable[StateAudit], floor: Mapping[str, StateAudit] | None = None
+    states: Iterable[StateAudit],
+    floor: Mapping[str, StateAudit] | None = None,
+    control: Mapping[str, StateAudit] | None = None,
 ) -> list[list[str]]:
     """Markdown-ready rows: channel, headline, sessions per verdict, the sessions where B5 held z there too
     (with a floor), one quoted place or why unknown."""
     rows = []
-    for c in channels(list(states), floor):
+    for c in channels(list(states), floor, control):
         where = " ".join((c.example or c.why_unknown).split())  # a quoted reply may span lines: one row
         where = (where[:117] + "...") if len(where) > 120 else where
         too = [str(c.floor_too)] if floor is not None else []

@@ -15,6 +15,7 @@ from rich.text import Text
 from eu_audit.audits.metric import METRICS, TABLE_TITLES, Metric, Shows, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.errors import BadInput
+from eu_audit.sensitivity import CONTROL
 from eu_audit.stats import stars
 from eu_audit.trace.records import BLACK_BOX_ENGINE
 
@@ -100,7 +101,7 @@ def verdicts(report: AuditReport) -> dict[str, str]:
         if not report.floor:
             out[method] = "not measured (no floor)"
             continue
-        rules = [r for r in default_rules(report, ["all"]) if r.startswith(f"{method}.")]
+        rules = [r for r in default_rules(report, ["all"], control=True) if r.startswith(f"{method}.")]
         got = {parse_rule(g.rule).metric: g.outcome for g in evaluate(report, rules)}
         failed = {m for m, o in got.items() if o == "failed"}
         says = shown_by("says")
@@ -236,8 +237,13 @@ def _black_box_states(report: AuditReport) -> dict[str, list[StateAudit]]:
     return {
         m: [s for s in report.states if s.method == m and not s.error]
         for m in row_order(report)
-        if m not in (FLOOR, SERVING)
+        if m not in (FLOOR, CONTROL, SERVING)
     }
+
+
+def _control_states(report: AuditReport) -> dict[str, StateAudit]:
+    """The positive control's states by session id (the no-forget tenant: ``eu_audit.sensitivity``)."""
+    return {s.session_id: s for s in report.states if s.method == CONTROL and not s.error}
 
 
 def _floor_states(report: AuditReport) -> dict[str, StateAudit] | None:
@@ -262,9 +268,10 @@ def channel_lines(report: AuditReport) -> list[str]:
     lines = []
     floor = _floor_states(report)
     for method, states in _black_box_states(report).items():
-        got = channels(states, floor)
-        bad = [c for c in got if c.headline != "erased"]
-        clean = len(got) - len(bad)
+        got = channels(states, floor, _control_states(report) or None)
+        bad = [c for c in got if c.headline not in ("erased", "never held")]
+        erased = sum(c.headline == "erased" for c in got)
+        never = sum(c.headline == "never held" for c in got)
         said = "; ".join(
             f"{c.name} {c.headline} ({c.counts[c.headline]} of {sum(c.counts.values())} sessions"
             f"{_as_floor(c)})"
@@ -273,7 +280,9 @@ def channel_lines(report: AuditReport) -> list[str]:
         lines.append(
             f"{method}, per channel: "
             + (said + "; " if said else "")
-            + f"{clean} channel(s) erased in every session."
+            + f"{erased} channel(s) erased (z there without the forget, gone with it)"
+            + (f", {never} never held z (not even without the forget)" if never else "")
+            + "."
         )
     return lines
 
@@ -293,14 +302,16 @@ def channel_table(report: AuditReport) -> list[str]:
     for method, states in _black_box_states(report).items():
         lines += [
             f"Where z is after {method}'s forget, per channel (sessions; leaked: in what it said or did; "
-            f"suppressed: in a prompt or store while its outputs were clean; unknown: not observable{too}):",
+            f"suppressed: in a prompt or store while its outputs were clean; erased: z there without the "
+            f"forget (the no-forget control) and gone with it; never held: not there even without the "
+            f"forget; not seen: no z, and no control recorded; unknown: not observable{too}):",
             "",
-            "| channel | verdict | leaked | suppressed | erased | unknown |"
+            "| channel | verdict | leaked | suppressed | erased | never held | not seen | unknown |"
             + (" B5 too |" if floor is not None else "")
             + " where (quoted) or why unknown |",
-            "|---|---|---|---|---|---|" + ("---|" if floor is not None else "") + "---|",
+            "|---|---|---|---|---|---|---|---|" + ("---|" if floor is not None else "") + "---|",
         ]
-        for row in channel_rows(states, floor):
+        for row in channel_rows(states, floor, _control_states(report) or None):
             quoted = row[-1].replace("|", "\\|").replace("`", "'")  # the cell is one code span
             lines.append("| " + " | ".join([*row[:-1], f"`{quoted}`" if quoted else ""]) + " |")
         lines.append("")

@@ -80,7 +80,10 @@ from eu_audit.trace.records import (
 from eu_audit.trace.session import Bundle, SessionTrace
 
 Progress = Callable[[str, int, int], None]
+#: the tenants of one session: the agent (its forget), the reference B5 (never fed z), and the positive
+#: control B0 (driven like the agent, never sent the forget: what each channel holds without a forget)
 METHODS: tuple[tuple[str, World], ...] = (("agent", "factual"), ("b5", "counterfactual"))
+CONTROL_TENANT: tuple[str, World] = ("b0", "factual")
 Kind = Literal["probe", "sample", "choice"]
 
 
@@ -105,6 +108,9 @@ class AgentRecordOptions:
     concurrency: int = 1  # tenants driven at the same time, each on its own lane of serve
     #: events after the forget, each followed by the checks again (``recheck.parse_rechecks``)
     recheck: tuple[str, ...] = ()
+    #: drive a third tenant per session like the agent's but never send it the forget (``CONTROL_TENANT``):
+    #: every rule's and channel's positive control; about half again the run's time
+    positive_control: bool = True
 
 
 class ServeControl:
@@ -729,7 +735,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     outbox = Outbox(state_dir / "outbox.sqlite")
     run = uuid.uuid4().hex[:8]
-    jobs = [(i, ep, method, world) for i, ep in chosen for method, world in METHODS]
+    tenants = [*METHODS, CONTROL_TENANT] if opts.positive_control else list(METHODS)
+    jobs = [(i, ep, method, world) for i, ep in chosen for method, world in tenants]
     counter = ProgressCounter(len(jobs), progress)
 
     def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
@@ -763,7 +770,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             for r in trace.residues
         ]
     if progress:
-        progress("written", 2 * len(chosen), 2 * len(chosen))
+        progress("written", len(jobs), len(jobs))
     header = _header(opts, info, caps, digest, serve.key)
     bundle = Bundle(header=header, sessions=sessions, path=out)
     write_bundle(out, bundle.records())

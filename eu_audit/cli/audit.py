@@ -275,14 +275,14 @@ def apply_gates(
     code = exit_code(
         rep.gates, inconclusive_passes=on_inconclusive == "pass", insensitive_passes=on_insensitive == "pass"
     )
-    if code == 4 and any(g.outcome == "insensitive" for g in rep.gates):
+    if code == 4 and on_insensitive != "pass" and any(g.outcome == "insensitive" for g in rep.gates):
         say(
             err,
             "some rules are insensitive (exit 4): their positive control (B0, no forget) never showed z, so "
             "they cannot tell a forget from none; measure on a model or suite where the no-forget state "
             "leaks, or accept it with --on-insensitive pass",
         )
-    elif code == 4:
+    if code == 4 and on_inconclusive != "pass" and any(g.outcome == "inconclusive" for g in rep.gates):
         say(
             err,
             "no rule failed, but some are inconclusive at this n (exit 4), see above: add sessions in a "

@@ -142,6 +142,16 @@ RecordHint = Annotated[
     ),
 ]
 
+RecordPositiveControl = Annotated[
+    bool,
+    typer.Option(
+        "--positive-control/--no-positive-control",
+        help="With --agent: drive a third tenant per session like the agent's but never send it the forget "
+        "(B0, the no-forget arm): what each channel, probe and sample holds without a forget, so a rule "
+        "or channel reads held or erased only where this control showed z (else insensitive / never "
+        "held). Costs one more tenant per session, about half again the run's time.",
+    ),
+]
 RecordRecheck = Annotated[
     str | None,
     typer.Option(
@@ -183,6 +193,7 @@ def record(
     keep_state: RecordKeepState = False,
     hint: RecordHint = False,
     recheck: RecordRecheck = None,
+    positive_control: RecordPositiveControl = True,
     force: Force = False,
     shard: ShardOption = None,
 ) -> None:
@@ -190,7 +201,8 @@ def record(
 
     With --agent, drive your own agent instead: the factual stream on one tenant, then the agent's own
     forget, the future turns and the probes; the same on a fresh tenant fed the stream without the target
-    (the B5 reference). `eu-audit audit` then gates it, no model needed.
+    (the B5 reference), and on a third driven like the agent's but never sent the forget (B0, the positive
+    control). `eu-audit audit` then gates it, no model needed.
 
     Example:
 
@@ -210,7 +222,8 @@ def record(
         "--server": server is not None,
         "--ctx": ctx is not None,
     }
-    _check_kind(agent, white_box_only, {"--recheck": recheck is not None})
+    agent_only = {"--recheck": recheck is not None, "--no-positive-control": not positive_control}
+    _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
         from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
         from eu_audit.blackbox.recheck import parse_rechecks
@@ -229,6 +242,7 @@ def record(
             keep_state=keep_state,
             hint=hint,
             recheck=parse_rechecks(recheck),
+            positive_control=positive_control,
             concurrency=concurrency,
             shard=Shard.parse(shard) if shard else None,
             bounds=Bounds(
