@@ -36,11 +36,11 @@ class Finding:
 
 PAPER: tuple[Finding, ...] = (
     Finding("b0", "B0 (no forget) leaks z", ("b0.leak_any<=floor",), "failed"),
-    Finding(
+    Finding(  # the paper's own test: B1 against B0 (p = 1.0), equal within the margin both ways
         "b1",
         "B1 (memory delete) leaks like B0: what was derived from z stays",
-        ("b1.leak_any<=floor",),
-        "failed",
+        ("b1.leak_any>=b0", "b1.leak_any<=b0"),
+        "held",
     ),
     Finding(
         "b1", "B1 keeps B0's trajectory: its actions are not B5's (CAD > 0)", ("b1.cad<=floor",), "failed"

@@ -23,7 +23,11 @@ from eu_audit.errors import BadInput
 from eu_audit.registry import Registry
 from eu_audit.sensitivity import CONTROL
 
-_RULE = re.compile(r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$")
+#: the right side: ``floor`` (B5, paired by session), a number, or another audited method (``b0``: paired
+#: by session with that method's state, as the paper compares B1 with B0)
+_RULE = re.compile(
+    r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+|[a-z][a-z0-9]*)\s*$"
+)
 _CHANNEL_RULE = re.compile(  # the channel kinds are eu_audit.audits.channels.KINDS
     r"^\s*([\w-]+)(?:\.([\w-]+))?\.("
     + "|".join(KINDS)
@@ -64,6 +68,8 @@ def parse_rule(text: str) -> Rule:
     method, suite, metric, op, rhs = m.groups()
     if metric not in METRICS:
         raise BadInput(f"gate '{text}': unknown metric '{metric}' (known: {', '.join(METRICS.names())})")
+    if rhs not in ("floor",) and not rhs[0].isdigit() and rhs[0] not in "+-." and op not in ("<=", ">="):
+        raise BadInput(f"gate '{text}': against another method a rule is '<=METHOD' or '>=METHOD'")
     return Rule(text, method.lower(), suite or "all", metric, op, rhs)
 
 
@@ -139,10 +145,11 @@ def check_rules(
     measure), a rule naming another method or suite is refused too, instead of failing after the run."""
     parsed = [parse_rule(r) for r in rules]
     for r in parsed:
-        if methods is not None and r.method not in methods:
-            raise BadInput(
-                f"gate '{r.text}': method '{r.method}' is not audited here (audited: {', '.join(methods)})"
-            )
+        for named in (r.method, *([r.rhs] if r.rhs != "floor" and r.rhs[0].isalpha() else [])):
+            if methods is not None and named not in methods:
+                raise BadInput(
+                    f"gate '{r.text}': method '{named}' is not audited here (audited: {', '.join(methods)})"
+                )
         if suites is not None and r.suite != "all" and r.suite not in suites:
             raise BadInput(
                 f"gate '{r.text}': suite '{r.suite}' is not in this bundle (its suites: {', '.join(suites)}; "

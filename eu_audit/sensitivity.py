@@ -116,12 +116,15 @@ def positive_control(report: AuditReport, rule: Rule) -> Control | None:
     floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
     sign = -1.0 if rule.op in (">=", ">") else 1.0
     presence = "." in rule.metric and rule.rhs == "floor"  # a channel against the floor: presence
+    metric = METRICS.get(rule.metric) if rule.metric in METRICS else None
     shown = n = 0
     for s in mine:
         v = control_value(s, rule.metric)
         if v is None:
             continue
-        if rule.rhs == "floor":
+        if rule.rhs != "floor" and rule.rhs[:1].isalpha():  # against another method: B0 showed z at all
+            broke = v < 1 - TOL if metric is not None and metric.direction == "high" else v > TOL
+        elif rule.rhs == "floor":
             f = floor.get(s.session_id)
             fv = control_value(f, rule.metric) if f is not None else None
             if fv is None:
@@ -144,6 +147,8 @@ def controlled(
     if ctrl is None or result.test == EQUALITY or (floors_own and result.outcome == "held"):
         return result
     text = ctrl.text(rule.rhs == "floor")
+    if rule.rhs != "floor" and rule.rhs[:1].isalpha():
+        text = text.replace("broke the rule", "showed z")
     update: dict[str, object] = {"control": text, "control_rate": ctrl.rate}
     if ctrl.shown == 0 and result.outcome in ("held", "inconclusive"):
         update["outcome"] = "insensitive"

@@ -275,10 +275,18 @@ def n_to_fail(ds: Sequence[float], kind: Kind, alpha: float) -> int | None:
     return hi
 
 
+def reference_of(rhs: str) -> str | None:
+    """The method a rule compares with, paired by session: B5 for ``floor``, the method a rule names
+    (``b1.leak_any>=b0``), None for a number."""
+    if rhs == "floor":
+        return FLOOR
+    return rhs if rhs[:1].isalpha() else None
+
+
 def is_fact(rhs: str) -> bool:
     """A rule against a number is a requirement on every session (``residue_store==0``,
-    ``agreement>=0.99``); a rule against the floor is a comparison of two populations."""
-    return rhs != "floor"
+    ``agreement>=0.99``); a rule against the floor or another method compares two populations."""
+    return reference_of(rhs) is None
 
 
 def _identical(a: StateAudit, b: StateAudit) -> bool:
@@ -341,10 +349,13 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
         return _result(rule, "failed", "not measured: the audit ran without the floor")
     if name.startswith("store.") and (nowhere := unknown_store(report.states, name.split(".", 1)[1])):
         return _result(rule, "failed", f"{name}: {nowhere} (fails closed: never a pass)")
-    floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
+    ref = reference_of(rule.rhs)
+    floor = {s.session_id: s for s in report.states if s.method == ref and not s.error}
+    if ref is not None and not floor:
+        return _result(rule, "failed", f"no audit of {ref}, the rule's reference (fails closed)")
     values = {s.session_id: value_of(s, name) for s in mine}
     measured = [s for s in mine if values[s.session_id] is not None]
-    if rule.rhs == "floor":  # a pair needs both sides
+    if ref is not None:  # a pair needs both sides
         measured = [
             s for s in measured if floor.get(s.session_id) and value_of(floor[s.session_id], name) is not None
         ]
@@ -360,10 +371,13 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
         return float(bool(v)) if presence else float(v or 0.0)
 
     def reference(s: StateAudit) -> float:
-        return own(value_of(floor[s.session_id], name)) if rule.rhs == "floor" else float(rule.rhs)
+        return own(value_of(floor[s.session_id], name)) if ref is not None else float(rule.rhs)
 
     ds = [sign * (own(values[s.session_id]) - reference(s)) for s in measured]
-    identical = all(s.session_id in floor and _identical(s, floor[s.session_id]) for s in measured)
+    # the floor's own state (B7 == B5): equality with another method's state is no such fact
+    identical = rule.rhs == "floor" and all(
+        s.session_id in floor and _identical(s, floor[s.session_id]) for s in measured
+    )
     # a session the metric does not apply to (avoid outside the preference suite) is not a missing one;
     # one it could not be measured on (a reason is recorded) is
     applies = [s for s in mine if values[s.session_id] is not None or unmeasured_reason(s, name)]
@@ -459,13 +473,17 @@ def _weigh(
 ) -> GateResult:
     ds, n = ev.ds, len(ev.ds)
     mean = sum(ds) / n
-    tol = margin if rule.rhs == "floor" else 0.0
+    tol = margin if reference_of(rule.rhs) is not None else 0.0
     w = weigh(ds, metric.kind, alpha, tol)
     p, bound = w.p, w.bound
-    against = "the floor" if rule.rhs == "floor" else rule.rhs
+    against = "the floor" if rule.rhs == "floor" else rule.rhs.upper() if rule.rhs[:1].isalpha() else rule.rhs
     if w.outcome == "failed":
         test = TESTS[metric.kind].worse
-        detail = f"worse than {against} by {mean:+.3g} on average, p = {p:.3g} < alpha {alpha} (n = {n})"
+        if rule.rhs != "floor" and rule.rhs[:1].isalpha():  # against another method: which side it is on
+            shown = f"{'below' if rule.op in ('>=', '>') else 'above'} {against} by {abs(mean):.3g}"
+        else:
+            shown = f"worse than {against} by {mean:+.3g}"
+        detail = f"{shown} on average, p = {p:.3g} < alpha {alpha} (n = {n})"
         return _result(rule, "failed", detail, test=test, n=n, p=p)
     if ev.identical and not ev.missing and report.engine in EXACT_ENGINES and all(d <= 0 for d in ds):
         detail = (

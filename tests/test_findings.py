@@ -122,3 +122,24 @@ def test_a_metric_a_user_adds_puts_a_failing_method_in_the_summary_group_it_decl
     assert verdicts(rep)["b0"] == "acts unlike the reference"
     monkeypatch.setitem(METRICS._items, "mine", replace(mine, shows=None))
     assert verdicts(rep)["b0"] == "fails another rule"
+
+
+def test_b1_leaks_like_b0_is_tested_against_b0_as_the_paper_states_it() -> None:
+    """The finding compares B1 with B0 paired by session, equal within the margin both ways; a rule may
+    name another audited method as its reference, with <= or >= only."""
+    from eu_audit.errors import BadInput
+    from eu_audit.gate import check_rules, evaluate, parse_rule
+
+    rep = read_report(Path(__file__).parents[1] / "reports/audit-smollm2/rows/audits/smol10.audit.json")
+    b1 = next(j for j in judge(rep) if j.finding.method == "b1" and "like B0" in j.finding.claim)
+    assert [r.rule for r in b1.results] == ["b1.leak_any>=b0", "b1.leak_any<=b0"]
+    below, above = b1.results
+    # these rows count B0's stored record in any-leak, which B1 deletes: B1 below B0, significantly
+    assert below.outcome == "failed" and "below B0 by 0.25" in below.detail and below.p is not None
+    assert above.outcome == "held" and b1.verdict == "not reproduced"
+    # the reference is paired by session: B0 against itself is equal, both ways
+    assert {g.outcome for g in evaluate(rep, ["b0.cad>=b0", "b0.cad<=b0"])} <= {"held", "insensitive"}
+    with pytest.raises(BadInput, match="'<=METHOD' or '>=METHOD'"):
+        parse_rule("b1.leak_any==b0")
+    with pytest.raises(BadInput, match="method 'b42' is not audited here"):
+        check_rules(["b1.leak_any<=b42"], rep.methods, rep.suites)
