@@ -261,29 +261,32 @@ def _as_floor(c: Channel) -> str:
 
 def channel_lines(report: AuditReport) -> list[str]:
     """One line per black-box method: the channels where z still is after the forget (the headline
-    verdict over its sessions, and in how many of them B5's state had z there too) and how many channels
-    were observed clean (``eu_audit.audits.channels``)."""
+    verdict over its sessions, and in how many of them B5's state had z there too), then the clean ones
+    by what their positive control says: erased, never held, not seen (``eu_audit.audits.channels``)."""
     from eu_audit.audits.channels import channels
 
     lines = []
     floor = _floor_states(report)
     for method, states in _black_box_states(report).items():
         got = channels(states, floor, _control_states(report) or None)
-        bad = [c for c in got if c.headline not in ("erased", "never held")]
-        erased = sum(c.headline == "erased" for c in got)
-        never = sum(c.headline == "never held" for c in got)
-        said = "; ".join(
+        quiet = ("erased", "never held", "not seen")
+        said = [
             f"{c.name} {c.headline} ({c.counts[c.headline]} of {sum(c.counts.values())} sessions"
             f"{_as_floor(c)})"
-            for c in bad
-        )
-        lines.append(
-            f"{method}, per channel: "
-            + (said + "; " if said else "")
-            + f"{erased} channel(s) erased (z there without the forget, gone with it)"
-            + (f", {never} never held z (not even without the forget)" if never else "")
-            + "."
-        )
+            for c in got
+            if c.headline not in quiet
+        ]
+        groups = {
+            "erased (z there without the forget, gone with it)": "erased",
+            "never held z (not even without the forget)": "never held",
+            "not seen (no z; no positive control recorded, so whether z was there is not known)": "not seen",
+        }
+        said += [
+            f"{label}: {', '.join(names)}"
+            for label, verdict in groups.items()
+            if (names := [c.name for c in got if c.headline == verdict])
+        ]
+        lines.append(f"{method}, per channel: " + "; ".join(said) + ".")
     return lines
 
 

@@ -12,6 +12,7 @@ tools it calls. Its forget is one of:
   rewritten the same way. Tool results after the target are the recorded ones (A2).
 - ``b1``: what deployed stacks do: delete the persistent memory records that hold the target; the
   sessions stay as they are.
+- ``b0``: a forget switched off: it answers ok and changes nothing (the no-op a gate must never pass).
 
 Run it over HTTP with ``eu-audit agent --forget b7 --serve URL --port N``, or in-process with
 ``--agent eu_audit.blackbox.reference:from_env`` (settings from ``EU_AUDIT_AGENT_*`` variables).
@@ -53,7 +54,8 @@ from eu_audit.runtime.models import FAST_MODEL
 from eu_audit.runtime.tools import ToolSpec as RuntimeTool
 from eu_audit.trace.session import SessionTrace
 
-ForgetKind = Literal["b7", "b1"]
+ForgetKind = Literal["b7", "b1", "b0"]
+FORGET_KINDS: tuple[ForgetKind, ...] = ("b7", "b1", "b0")
 
 
 def runtime_tools(specs: list[ToolSpec]) -> dict[str, RuntimeTool]:
@@ -91,8 +93,8 @@ class ReferenceAgent:
         state_dir: Path | None = None,
         max_tokens: int = 48,
     ) -> None:
-        if forget not in ("b7", "b1"):
-            raise BadInput(f"forget must be b7 or b1, not {forget!r}")
+        if forget not in FORGET_KINDS:
+            raise BadInput(f"forget must be one of {', '.join(FORGET_KINDS)}, not {forget!r}")
         self.engine, self.forget_kind, self.max_tokens = engine, forget, max_tokens
         self.chat = detect_chat_format(engine.tokenizer)
         path = (state_dir / "memory.sqlite") if state_dir else Path(":memory:")
@@ -322,6 +324,8 @@ class ReferenceAgent:
             matcher = TargetMatcher.of(request.target, request.variants)
             if not matcher.usable:
                 return ForgetReceipt(status="error", detail="the target has no usable string")
+            if self.forget_kind == "b0":
+                return ForgetReceipt(status="ok", detail="forget switched off: nothing changed")
             deleted = []
             for rid, text, _ in self.memory.records(tenant):
                 if matcher.found_in(text):

@@ -18,7 +18,11 @@ from eu_audit.runtime.models import FAST_MODEL
 def agent_cmd(
     serve_url: Annotated[str, typer.Option("--serve", help="The eu-audit serve its model calls go through.")],
     forget: Annotated[
-        str, typer.Option(help="Its forget: b7 (selective replay) or b1 (memory delete).")
+        str,
+        typer.Option(
+            help="Its forget: b7 (selective replay), b1 (memory delete) or b0 (switched off: answers ok, "
+            "changes nothing; a gate must never pass it)."
+        ),
     ] = "b7",
     model: Annotated[str, typer.Option(help="The model serve runs (for its tokenizer).")] = FAST_MODEL,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 9000,
@@ -26,19 +30,19 @@ def agent_cmd(
     max_tokens: Annotated[int, typer.Option(min=1, help="Cap on tokens per model turn.")] = 48,
 ) -> None:
     """Run eu-audit's own runtime as an agent under test, over the agent contract: the passing control
-    of a black-box gate (--forget b7) or the failing one (--forget b1).
+    of a black-box gate (--forget b7), the failing one (--forget b1), or a forget switched off (b0).
 
     Example:
 
     [bold]eu-audit agent --serve http://127.0.0.1:8088 --forget b7 --port 9000[/]
     """
     from eu_audit.blackbox.agent_server import run_agent_server
-    from eu_audit.blackbox.reference import ReferenceAgent
+    from eu_audit.blackbox.reference import FORGET_KINDS, ReferenceAgent
     from eu_audit.engines import open_engine
 
-    if forget not in ("b7", "b1"):
-        raise typer.BadParameter("--forget must be b7 or b1")
+    if forget not in FORGET_KINDS:
+        raise typer.BadParameter(f"--forget must be one of {', '.join(FORGET_KINDS)}")
     engine = open_engine("openai", model, server=serve_url)
-    ref = ReferenceAgent(engine, forget=forget, max_tokens=max_tokens)  # type: ignore[arg-type]
+    ref = ReferenceAgent(engine, forget=forget, max_tokens=max_tokens)
     say(err, f"eu-audit agent (forget = {forget}) on http://{host}:{port}, model via {serve_url}")
     run_agent_server(ref, host=host, port=port)
