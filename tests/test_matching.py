@@ -85,3 +85,23 @@ def test_matcher_command_prints_precision_and_recall(tmp_path: Path) -> None:
 
 def test_the_labelled_set_ships_with_the_package() -> None:
     assert LABELLED.is_file() and LABELLED.parent.name == "matching"
+
+
+def test_an_episode_whose_target_is_written_in_greek_is_accepted_and_its_target_found() -> None:
+    """Every script a target can be written in has a usable needle: a Greek address is found in its
+    source step and absent from the counterfactual (a-z-only matching refused such an episode, saying
+    the source step did not contain the target)."""
+    from eu_audit.suites import load_suite
+
+    ep = next(e for e in load_suite("builtin") if e.id == "builtin-memory-address")
+    greek = "Οδός Αθηνάς 12"
+    steps = [
+        s.model_copy(update={"content": s.content.replace("12 Linden Street", greek)}) if s.source else s
+        for s in ep.steps
+    ]
+    moved = ep.model_copy(update={"target": ep.target.model_copy(update={"value": greek, "variants": []})})
+    data = moved.model_dump(mode="json")
+    data["steps"] = [s.model_dump(mode="json") for s in steps]
+    got = type(ep).model_validate(data)
+    source = next(s for s in got.steps if s.source)
+    assert TargetMatcher.of(greek).found_in(source.content.upper())  # upper-cased Greek too
