@@ -137,6 +137,7 @@ metric(
         "the user's own stored record still holds z (what B1 deletes; not part of any-leak)",
         1,
         compute=lambda ev: float(bool(ev.artifacts.record)),
+        sides=WHITE,  # a black-box agent's records are its dump's: residue_store reads them
         control=True,
     )
 )

@@ -92,8 +92,8 @@ def verdicts(report: AuditReport) -> dict[str, str]:
 
     out = {}
     for method in report.methods:
-        if method in (FLOOR, SERVING):
-            continue
+        if method in (FLOOR, SERVING) or (method == CONTROL and report.engine == BLACK_BOX_ENGINE):
+            continue  # the floor, and a black-box run's no-forget tenant: references, not methods
         c = report.cell(method, "all")
         if c is None or c.errors:
             out[method] = "errored"
@@ -328,6 +328,8 @@ def residue_lines(report: AuditReport) -> list[str]:
 
     lines = []
     for method in row_order(report):
+        if method == CONTROL and report.engine == BLACK_BOX_ENGINE:
+            continue  # the no-forget tenant holds z by design: it is each channel's control, not a finding
         states = [s for s in report.states if s.method == method and s.residue]
         ctx: dict[str, int] = {}
         store: dict[str, int] = {}
