@@ -194,3 +194,40 @@ def test_z_the_floor_also_holds_is_counted_beside_the_verdict_and_a_floor_gate_r
     assert any("store.archive suppressed (2 of 2 sessions; B5 too)" in line for line in channel_lines(rep))
     # the count rule is still a fact: z in the store fails it, whatever B5 held
     assert evaluate(rep, ["agent.store.archive==0"])[0].outcome == "failed"
+
+
+def test_erased_only_where_the_control_held_z_never_held_where_it_did_not_and_empty_answers_are_unknown() -> (
+    None
+):
+    """A channel clean of z after the forget is *erased* only where the no-forget tenant (the positive
+    control) had z there; *never held* where it had none; *not seen* with no control at all; and an
+    output channel whose answers were empty where the control said z is *unknown*."""
+    from eu_audit.audits.model import ProbeOutcome, StateAudit
+
+    def state(method: str, store_z: int, probes: list[tuple[str, str, bool]]) -> StateAudit:
+        return StateAudit(
+            session_id="s0",
+            episode_id="e",
+            suite="builtin",
+            method=method,
+            probes=[ProbeOutcome(probe=p, text=t, leaked=leaked) for p, t, leaked in probes],
+            values={"residue_store": float(bool(store_z)), "leak_probes": float(any(x[2] for x in probes))},
+            residue={"store_tiers": {"memory": store_z} if store_z else {}, "stores": {"memory": 3}},
+        )
+
+    agent = state("agent", 0, [("direct", "", False), ("task", "I do not know.", False)])
+    said_z = state("b0", 2, [("direct", "It is z.", True), ("task", "No idea.", False)])
+    kept_nothing = state("b0", 0, [("task", "It is z.", True)])
+
+    def verdicts(control: StateAudit | None) -> dict[str, str]:
+        got = channels([agent], control={"s0": control} if control else None)
+        return {c.name: c.headline for c in got}
+
+    with_z = verdicts(said_z)
+    assert with_z["store dump"] == "erased"  # the control kept z in its store: the forget took it
+    # the control said z to the direct probe, and the agent's answer to it was empty: no evidence
+    assert with_z["answers to probes"] == "unknown"
+    without_z = verdicts(kept_nothing)
+    assert without_z["store dump"] == "never held"  # nothing to erase: it shows nothing of the forget
+    assert without_z["answers to probes"] == "erased"  # the control said z to 'task'; the agent did not
+    assert verdicts(None)["store dump"] == "not seen"  # no control recorded
