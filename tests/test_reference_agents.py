@@ -117,7 +117,8 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
         json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines() if '"type":"residue"' in x
     ]
     first = [r for r in residues if not r.get("after")]
-    assert len(first) == 4 and all(r["context_calls"] for r in first)
+    # 2 sessions x 3 tenants: the agent, the reference B5 and the positive control B0 (never sent the forget)
+    assert len(first) == 6 and all(r["context_calls"] for r in first)
     after = {(r["session_id"], r["after"]): r for r in residues if r.get("after")}
     assert len(after) == 2 * 3  # three events on each agent tenant, none on the reference
     for (sid, event), r in after.items():
