@@ -52,3 +52,29 @@ def test_a_report_from_audits_made_at_different_commits_needs_allow_mixed_and_sa
     text = write_report([], audits, tmp_path / "mixed", "t", None, allow_mixed=True).read_text()
     line = next(x for x in text.splitlines() if x.startswith("**Inputs from more than one"))
     assert "commit aaaaaaaaaaaa: audit-1.json" in line and "commit bbbbbbbbbbbb: audit-2.json" in line
+
+
+def test_no_committed_audit_row_holds_a_target_the_matcher_finds() -> None:
+    """Every row meant to leave the machine is masked by the matcher of today, not of its day: a spelling
+    the matcher learned later (the severe penicillin allergy, an IBAN cut off at the answer's end) is
+    masked in the committed rows too (``tools/remask_rows.py``)."""
+    import json
+
+    from eu_audit.blackbox.residue import strings
+    from eu_audit.matching import TargetMatcher
+
+    targets = {}
+    for f in sorted((REPORTS.parent / "suites").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            e = json.loads(line)
+            targets[e["id"]] = TargetMatcher.of(e["target"]["value"], e["target"].get("variants", []))
+
+    checked, clear = 0, []
+    for path in sorted(REPORTS.glob("**/*.json")):
+        data = json.loads(path.read_text())
+        for state in data.get("states", []) if isinstance(data, dict) else []:
+            m = targets.get(state.get("episode_id", ""))
+            if m is not None:
+                checked += 1
+                clear += [f"{path.name} {state['session_id']}" for s in strings(state) if m.found_in(s)]
+    assert checked > 1000 and clear == []

@@ -15,6 +15,7 @@ import json
 import secrets
 from pathlib import Path
 
+from eu_audit.blackbox.residue import strings
 from eu_audit.evidence import Mask
 from eu_audit.matching import TargetMatcher
 
@@ -26,17 +27,6 @@ def targets() -> dict[str, TargetMatcher]:
             e = json.loads(line)
             out[e["id"]] = TargetMatcher.of(e["target"]["value"], e["target"].get("variants", []))
     return out
-
-
-def strings(obj: object) -> list[str]:
-    """Every string value in a JSON value, in order (keys are never masked)."""
-    if isinstance(obj, str):
-        return [obj]
-    if isinstance(obj, list):
-        return [s for x in obj for s in strings(x)]
-    if isinstance(obj, dict):
-        return [s for x in obj.values() for s in strings(x)]
-    return []
 
 
 def main() -> None:
@@ -58,7 +48,9 @@ def main() -> None:
             if m is None:
                 continue
             masked = Mask((m,), salt).value(state)
-            pairs = [(a, b) for a, b in zip(strings(state), strings(masked), strict=True) if a != b]
+            pairs = [
+                (a, b) for a, b in zip(strings(state), strings(masked), strict=True) if a != b
+            ]  # keys never differ
             for before, after in pairs:  # in the text as written: every other byte stays as it was
                 old_json, new_json = (
                     json.dumps(before, ensure_ascii=False),
