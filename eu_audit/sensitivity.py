@@ -25,8 +25,10 @@ from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 
 
 class Rule(Protocol):
-    """What a control reads of a parsed gate rule (``gate.Rule``)."""
+    """What a verdict and its control read of a parsed gate rule (``gate.Rule``)."""
 
+    @property
+    def text(self) -> str: ...
     @property
     def method(self) -> str: ...
     @property

@@ -34,12 +34,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
-from eu_audit.sensitivity import EQUALITY, OPS, controlled, value_of
+from eu_audit.sensitivity import EQUALITY, OPS, Rule, controlled, value_of
 
 #: engines whose replays are exact (the canonical schedule): equal states there are a fact
 EXACT_ENGINES = ("llamacpp", "hf")
@@ -299,23 +298,6 @@ def _identical(a: StateAudit, b: StateAudit) -> bool:
         and a.samples == b.samples
         and a.sample_ids == b.sample_ids
     )
-
-
-class Rule(Protocol):
-    """What ``decide`` reads of a parsed gate rule (``gate.Rule``)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def method(self) -> str: ...
-    @property
-    def suite(self) -> str: ...
-    @property
-    def metric(self) -> str: ...
-    @property
-    def op(self) -> str: ...
-    @property
-    def rhs(self) -> str: ...
 
 
 @dataclass
