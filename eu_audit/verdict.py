@@ -356,9 +356,11 @@ def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
         return own(value_of(floor[s.session_id], name)) if ref is not None else float(rule.rhs)
 
     ds = [sign * (own(values[s.session_id]) - reference(s)) for s in measured]
-    # the floor's own state (B7 == B5): equality with another method's state is no such fact
-    identical = rule.rhs == "floor" and all(
-        s.session_id in floor and _identical(s, floor[s.session_id]) for s in measured
+    # the floor's own state (B7 == B5), for a rule against the floor or a number; equality with another
+    # method's state is no such fact
+    b5 = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
+    identical = ref in (None, FLOOR) and all(
+        s.session_id in b5 and _identical(s, b5[s.session_id]) for s in measured
     )
     # a session the metric does not apply to (avoid outside the preference suite) is not a missing one;
     # one it could not be measured on (a reason is recorded) is

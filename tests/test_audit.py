@@ -171,7 +171,8 @@ def test_b1_deletes_only_the_record_and_leaves_every_derived_artifact_and_b7_sit
     assert any(by[sid, "b0"].values["leak_record"] == 1.0 for sid in {s.session_id for s in rep.states})
     b7 = next(c for c in rep.cells if c.method == "b7" and c.suite == "all")
     assert b7.values["leak_probes"] == b7.floor["leak_probes"]
-    assert all(g.held for g in evaluate(rep, ["b7.leak_probes<=floor", "b7.cad==0", "b7.agreement>=0.99"]))
+    held = evaluate(rep, ["b7.leak_probes<=floor", "b7.cad==0", "b7.agreement>=0.99"])
+    assert all(g.held for g in held), [(g.rule, g.outcome, g.detail) for g in held]
 
 
 def test_gates_parse_and_fail_closed() -> None:
