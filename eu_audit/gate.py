@@ -21,7 +21,7 @@ from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.errors import BadInput
 from eu_audit.registry import Registry
-from eu_audit.sensitivity import CONTROL
+from eu_audit.sensitivity import CONTROL, other_method
 
 #: the right side: ``floor`` (B5, paired by session), a number, or another audited method (``b0``: paired
 #: by session with that method's state, as the paper compares B1 with B0)
@@ -68,7 +68,7 @@ def parse_rule(text: str) -> Rule:
     method, suite, metric, op, rhs = m.groups()
     if metric not in METRICS:
         raise BadInput(f"gate '{text}': unknown metric '{metric}' (known: {', '.join(METRICS.names())})")
-    if rhs not in ("floor",) and not rhs[0].isdigit() and rhs[0] not in "+-." and op not in ("<=", ">="):
+    if other_method(rhs) and op not in ("<=", ">="):
         raise BadInput(f"gate '{text}': against another method a rule is '<=METHOD' or '>=METHOD'")
     return Rule(text, method.lower(), suite or "all", metric, op, rhs)
 
@@ -145,7 +145,7 @@ def check_rules(
     measure), a rule naming another method or suite is refused too, instead of failing after the run."""
     parsed = [parse_rule(r) for r in rules]
     for r in parsed:
-        for named in (r.method, *([r.rhs] if r.rhs != "floor" and r.rhs[0].isalpha() else [])):
+        for named in (r.method, *filter(None, [other_method(r.rhs)])):
             if methods is not None and named not in methods:
                 raise BadInput(
                     f"gate '{r.text}': method '{named}' is not audited here (audited: {', '.join(methods)})"

@@ -41,6 +41,11 @@ class Rule(Protocol):
     def rhs(self) -> str: ...
 
 
+def other_method(rhs: str) -> str | None:
+    """The method a rule's right side names (``b1.leak_any>=b0``: "b0"); None for ``floor`` or a number."""
+    return rhs if rhs != "floor" and rhs[:1].isalpha() else None
+
+
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": lambda a, b: a <= b + TOL,
     ">=": lambda a, b: a >= b - TOL,
@@ -77,11 +82,18 @@ class Control:
     def rate(self) -> float | None:
         return self.shown / self.n if self.n else None
 
-    def text(self, against_floor: bool) -> str:
+    def text(self, rhs: str) -> str:
+        """What the control showed, in the rule's terms (``rhs``: floor, another method, a number)."""
         if not self.n:
             how = "audit -m b0,..." if self.side == "white" else "record --agent --positive-control"
             return f"no positive control: {CONTROL.upper()} (no forget) not recorded here ({how})"
-        what = "worse than the floor" if against_floor else "broke the rule"
+        what = (
+            "worse than the floor"
+            if rhs == "floor"
+            else "showed z"
+            if other_method(rhs)
+            else "broke the rule"
+        )
         rate = f"{self.shown / self.n:.2f}"
         return f"{CONTROL.upper()} (no forget) {what} in {self.shown} of {self.n} session(s) ({rate})"
 
@@ -124,7 +136,7 @@ def positive_control(report: AuditReport, rule: Rule) -> Control | None:
         v = control_value(s, rule.metric)
         if v is None:
             continue
-        if rule.rhs != "floor" and rule.rhs[:1].isalpha():  # against another method: B0 showed z at all
+        if other_method(rule.rhs):  # against another method: B0 showed z at all
             broke = v < 1 - TOL if metric is not None and metric.direction == "high" else v > TOL
         elif rule.rhs == "floor":
             f = floor.get(s.session_id)
@@ -148,9 +160,7 @@ def controlled(
     ctrl = positive_control(report, rule)
     if ctrl is None or result.test == EQUALITY or (floors_own and result.outcome == "held"):
         return result
-    text = ctrl.text(rule.rhs == "floor")
-    if rule.rhs != "floor" and rule.rhs[:1].isalpha():
-        text = text.replace("broke the rule", "showed z")
+    text = ctrl.text(rule.rhs)
     update: dict[str, object] = {"control": text, "control_rate": ctrl.rate}
     if ctrl.shown == 0 and result.outcome in ("held", "inconclusive"):
         update["outcome"] = "insensitive"

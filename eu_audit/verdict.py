@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
-from eu_audit.sensitivity import EQUALITY, OPS, Rule, controlled, value_of
+from eu_audit.sensitivity import EQUALITY, OPS, Rule, controlled, other_method, value_of
 
 #: engines whose replays are exact (the canonical schedule): equal states there are a fact
 EXACT_ENGINES = ("llamacpp", "hf")
@@ -277,9 +277,7 @@ def n_to_fail(ds: Sequence[float], kind: Kind, alpha: float) -> int | None:
 def reference_of(rhs: str) -> str | None:
     """The method a rule compares with, paired by session: B5 for ``floor``, the method a rule names
     (``b1.leak_any>=b0``), None for a number."""
-    if rhs == "floor":
-        return FLOOR
-    return rhs if rhs[:1].isalpha() else None
+    return FLOOR if rhs == "floor" else other_method(rhs)
 
 
 def is_fact(rhs: str) -> bool:
@@ -460,10 +458,10 @@ def _weigh(
     tol = margin if reference_of(rule.rhs) is not None else 0.0
     w = weigh(ds, metric.kind, alpha, tol)
     p, bound = w.p, w.bound
-    against = "the floor" if rule.rhs == "floor" else rule.rhs.upper() if rule.rhs[:1].isalpha() else rule.rhs
+    against = "the floor" if rule.rhs == "floor" else rule.rhs.upper() if other_method(rule.rhs) else rule.rhs
     if w.outcome == "failed":
         test = TESTS[metric.kind].worse
-        if rule.rhs != "floor" and rule.rhs[:1].isalpha():  # against another method: which side it is on
+        if other_method(rule.rhs):  # against another method: which side it is on
             shown = f"{'below' if rule.op in ('>=', '>') else 'above'} {against} by {abs(mean):.3g}"
         else:
             shown = f"worse than {against} by {mean:+.3g}"
