@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from eu_audit.blackbox.serve import RequestLog
+from eu_audit.serve import RequestLog
 
 
 def free_port() -> int:

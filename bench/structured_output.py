@@ -18,9 +18,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eu_audit.blackbox.serve import open_backend  # noqa: E402
 from eu_audit.engines.base import Sampling  # noqa: E402
 from eu_audit.engines.constraint import JsonShape  # noqa: E402
+from eu_audit.serve import open_backend  # noqa: E402
 
 TOPICS = ["rivers", "bridges", "markets", "trains", "gardens", "museums", "harbours", "festivals"]
 

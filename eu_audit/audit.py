@@ -184,7 +184,7 @@ def audit(
 
 def _audit_agent_run(bundle: Bundle, path: Path, opts: AuditOptions, t0: float) -> AuditReport:
     """A black-box bundle: every figure from what the run recorded; the same summary as white-box."""
-    from eu_audit.blackbox.audit import agent_states
+    from eu_audit.blackbox.audit import agent_states, tampering
 
     if opts.serving:
         raise BadInput("--serving audits a served engine's cache; a black-box bundle has no engine")
@@ -192,6 +192,7 @@ def _audit_agent_run(bundle: Bundle, path: Path, opts: AuditOptions, t0: float) 
     probe_ids = [p.id for p in load_probes()]
     report = summarise(bundle, path, None, bundle.header.model.name, opts, probe_ids, agent, bundle.sessions)
     report.engine = "agent"
+    report.tampering = tampering(bundle)
     report.cost = {"wall_s": round(time.perf_counter() - t0, 1), "engine": "agent (no model runs)"}
     return report
 

@@ -315,7 +315,7 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
     from securesystemslib.dsse import Envelope
     from securesystemslib.exceptions import VerificationError
 
-    from eu_audit.gate import ERRORED_RULE, default_rules, evaluate
+    from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate
 
     env_dict = read_envelope(receipt)
     try:
@@ -360,7 +360,7 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
         return _verify_forget(stmt, audit_file, lines)
     report = read_report(audit_file)
     recorded = stmt["predicate"]["configuration"][0]["annotations"]["rules"]
-    rules = [r["rule"] for r in recorded if r["rule"] != ERRORED_RULE]
+    rules = [r["rule"] for r in recorded if r["rule"] not in PSEUDO_RULES]
     again = evaluate(report, rules or default_rules(report), alpha=report.alpha, margin=report.margin)
     got = {g.rule: g.outcome for g in again}
     follows = all(got.get(r["rule"]) == r["outcome"] for r in recorded if r["rule"] in got)

@@ -83,9 +83,9 @@ def test_each_lane_keeps_its_own_cache_so_a_tenants_prefix_survives_the_others_r
     import threading
     import time
 
-    from eu_audit.blackbox.serve import Backend, Call, RequestLog, Routes, create_app
-    from eu_audit.blackbox.serve_api import Limits
     from eu_audit.engines.hf import HFEngine
+    from eu_audit.serve import Backend, Call, RequestLog, Routes, create_app
+    from eu_audit.serve.api import Limits
 
     backends: list[Backend] = []
 
@@ -127,9 +127,9 @@ def test_a_lanes_prompt_families_each_keep_their_prefix_and_the_answers_do_not_c
     import threading
     import time
 
-    from eu_audit.blackbox.serve import Backend, Call, RequestLog, Routes, create_app
-    from eu_audit.blackbox.serve_api import Limits
     from eu_audit.engines.hf import HFEngine
+    from eu_audit.serve import Backend, Call, RequestLog, Routes, create_app
+    from eu_audit.serve.api import Limits
 
     backends: list[Backend] = []
 
@@ -170,9 +170,9 @@ def test_a_system_prompt_that_changes_only_at_its_end_keeps_its_leading_pieces_c
     import threading
     import time
 
-    from eu_audit.blackbox.serve import Backend, Call, RequestLog, Routes, create_app
-    from eu_audit.blackbox.serve_api import Limits
     from eu_audit.engines.hf import HFEngine
+    from eu_audit.serve import Backend, Call, RequestLog, Routes, create_app
+    from eu_audit.serve.api import Limits
 
     backends: list[Backend] = []
 
@@ -216,8 +216,8 @@ def test_serve_computes_on_one_thread_whichever_request_thread_asks(
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from eu_audit.blackbox.serve import Backend, Call, RequestLog, create_app
     from eu_audit.engines.hf import HFEngine
+    from eu_audit.serve import Backend, Call, RequestLog, create_app
 
     seen: set[int] = set()
     run = HFEngine._run

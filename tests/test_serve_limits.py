@@ -162,7 +162,7 @@ def test_max_tokens_is_capped_by_the_context_and_a_prompt_past_it_is_refused(
 def test_a_request_that_names_no_max_tokens_gets_the_documented_budget_and_the_log_says_where_it_ended(
     tmp_path: Path,
 ) -> None:
-    from eu_audit.blackbox.serve_api import UNASKED_CHAT_TOKENS, UNASKED_COMPLETION_TOKENS
+    from eu_audit.serve.api import UNASKED_CHAT_TOKENS, UNASKED_COMPLETION_TOKENS
 
     log = tmp_path / "serve.jsonl"
     args = ["serve", "--model", TINY_MODEL, "--engine", "hf", "--log", str(log), "--no-repetition-guard"]
@@ -377,7 +377,7 @@ def test_an_agent_that_forges_marks_still_has_its_post_forget_prompts_counted(
 
 
 def test_a_loop_no_agent_asked_for_is_stopped_and_logged_as_repetition() -> None:
-    from eu_audit.blackbox.serve import runaway
+    from eu_audit.serve import runaway
 
     assert runaway([5, 6, 7] * 20)  # a 3-token pattern, 60 tokens
     assert runaway([9] * 48) and not runaway([9] * 47)  # at least 48 tokens of it
@@ -463,7 +463,7 @@ def test_a_required_call_names_one_of_the_offered_functions_whatever_the_model_b
     ],
 )
 def test_a_forced_call_is_given_the_offered_name_the_model_began(began: str, named: str) -> None:
-    from eu_audit.blackbox.chat_segments import offered_name, still_naming
+    from eu_audit.serve.chat_segments import offered_name, still_naming
 
     names = ["send_message", "conversation_search", "core_memory_append"]
     assert offered_name(began, names) == named
@@ -474,8 +474,8 @@ def test_a_forced_call_is_given_the_offered_name_the_model_began(began: str, nam
 def test_serve_never_answers_a_call_whose_name_it_would_refuse_when_echoed_back() -> None:
     """A sampled small model can write a 'function name' of hundreds of characters; sent back in the
     conversation, a request carrying it is refused (the name's bound). So it is not returned as a call."""
-    from eu_audit.blackbox.chat_segments import split_reply
-    from eu_audit.blackbox.serve_api import MAX_FUNCTION_NAME
+    from eu_audit.serve.api import MAX_FUNCTION_NAME
+    from eu_audit.serve.chat_segments import split_reply
 
     fine = '<tool_call>{"name": "book_taxi", "arguments": {"to": "x"}}</tool_call>'
     long = '<tool_call>{"name": "' + "I am a tool_" * 40 + '", "arguments": {}}</tool_call>'

@@ -110,6 +110,17 @@ class GateResult(BaseModel):
         return data
 
 
+class Tampering(BaseModel):
+    """One kind of tamper attempt by a black-box agent, on one tenant of one session
+    (``eu_audit.blackbox.tamper``)."""
+
+    session_id: str
+    tenant: str  # the method: agent, b5 (the reference), b0 (the positive control)
+    kind: str
+    count: int
+    example: str = ""
+
+
 class AuditReport(BaseModel):
     format: Literal["eu-audit/audit@1"] = "eu-audit/audit@1"
     tool_version: str = __version__
@@ -137,6 +148,8 @@ class AuditReport(BaseModel):
     cells: list[Cell]
     gates: list[GateResult] = Field(default_factory=list)
     errors: int = 0
+    #: a black-box agent's tamper attempts (any one fails the gate: ``gate.TAMPER_RULE``)
+    tampering: list[Tampering] = Field(default_factory=list)
     cost: dict[str, float | int | str] = Field(default_factory=dict)  # wall time, engine, cores, per session
 
     def cell(self, method: str, suite: str) -> Cell | None:

@@ -88,7 +88,7 @@ def verdicts(report: AuditReport) -> dict[str, str]:
     (``gate.default_rules``): "forgets" only when every rule held with evidence, "only stops saying" only
     when its string-leak rules held (a leak not yet significant is not "no leak"). Without a floor nothing
     is compared: "not measured (no floor)"."""
-    from eu_audit.gate import default_rules, evaluate, parse_rule
+    from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate, parse_rule
 
     out = {}
     for method in report.methods:
@@ -102,7 +102,11 @@ def verdicts(report: AuditReport) -> dict[str, str]:
             out[method] = "not measured (no floor)"
             continue
         rules = [r for r in default_rules(report, ["all"], control=True) if r.startswith(f"{method}.")]
-        got = {parse_rule(g.rule).metric: g.outcome for g in evaluate(report, rules)}
+        got = {
+            parse_rule(g.rule).metric: g.outcome
+            for g in evaluate(report, rules)
+            if g.rule not in PSEUDO_RULES
+        }
         failed = {m for m, o in got.items() if o == "failed"}
         says = shown_by("says")
         says_held = all(got[m] == "held" for m in says if m in got)
@@ -121,11 +125,18 @@ def verdicts(report: AuditReport) -> dict[str, str]:
             if any(o == "insensitive" for o in got.values())
             else "forgets"
         )
+        if report.tampering and method == "agent":  # whatever its figures say, they cannot be trusted
+            out[method] = "tampered"
     return out
 
 
 #: the summary's sentence for each verdict group, in the order printed (before the residue lines)
 GROUP_SENTENCES = (
+    (
+        "tampered",
+        "Tried to get around the measurement (its figures cannot be trusted; the gate fails on 'no "
+        "tampering')",
+    ),
     (
         "forgets",
         "Forget (every rule against the B5 floor held with evidence: leakage, probes, CAD, behavior, "
@@ -175,6 +186,7 @@ def summary_lines(report: AuditReport) -> list[str]:
         f"k={report.k} samples at T={report.temperature}; margin {report.margin}."
     ]
     lines += [f"{text}: {', '.join(groups[g])}." for g, text in GROUP_SENTENCES if groups.get(g)]
+    lines += tamper_lines(report)
     hint = report.engine_facts.get("forget_hint")
     if hint:
         lines.append(f"The forget was sent the flagged observation's {hint}.")
@@ -193,6 +205,18 @@ def summary_lines(report: AuditReport) -> list[str]:
     for method, m, why in unmeasured:
         lines.append(f"{method}.{m}: {why}.")
     return lines + _serving_lines(report) + _cost_lines(report)
+
+
+def tamper_lines(report: AuditReport) -> list[str]:
+    """One line per tenant that tampered: what it tried, how often, one example (z masked)."""
+    from eu_audit.blackbox.tamper import KINDS
+
+    by: dict[tuple[str, str], list[str]] = {}
+    for t in report.tampering:
+        by.setdefault((t.session_id, t.tenant), []).append(
+            f"{t.count} {KINDS.get(t.kind, t.kind)} ({t.example})"
+        )
+    return [f"Tamper attempts, {sid} {tenant}: {'; '.join(said)}." for (sid, tenant), said in by.items()]
 
 
 def _serving_lines(report: AuditReport) -> list[str]:
@@ -400,7 +424,7 @@ def junit_xml(report: AuditReport) -> str:
         try:
             rule = parse_rule(g.rule)
             suite, classname, name = rule.suite, f"{rule.suite}.{rule.method}", rule.metric
-        except BadInput:  # the errored-states pseudo-rule
+        except BadInput:  # a pseudo-rule (errored states, tampering)
             suite, classname, name = "all", "all", g.rule
         if suite not in by_suite:
             by_suite[suite] = ET.SubElement(root, "testsuite", name=f"eu-audit.{suite}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import picked
-from eu_audit.audits.model import ProbeOutcome, StateAudit
+from eu_audit.audits.model import ProbeOutcome, StateAudit, Tampering
 from eu_audit.audits.scoring import Evidence, score
 from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.recheck import at_forget
@@ -120,3 +120,26 @@ def agent_states(bundle: Bundle) -> tuple[list[StateAudit], int, float]:
         if st.residue:
             st.residue["control_key"] = facts.serve_control_key
     return states, facts.k, facts.temperature
+
+
+def tampering(bundle: Bundle) -> list[Tampering]:
+    """Every tamper attempt the run recorded, per session and tenant (``eu_audit.blackbox.tamper``)."""
+    out = []
+    for trace in bundle.sessions:
+        first = trace.residues[0] if trace.residues else None
+        for kind, count in sorted((first.tamper if first else {}).items()):
+            out.append(
+                Tampering(
+                    session_id=trace.session.parent_session or trace.session_id,
+                    tenant=trace.session.method or "agent",
+                    kind=kind,
+                    count=count,
+                    example=snippet_masked(first.tamper_examples.get(kind, "") if first else "", trace),
+                )
+            )
+    return out
+
+
+def snippet_masked(text: str, trace: SessionTrace) -> str:
+    """An example as the audit keeps it: z masked (a report is read by more people than the bundle)."""
+    return trace.matcher().redact(text, "[z]")

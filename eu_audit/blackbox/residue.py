@@ -126,11 +126,11 @@ def context_residue(
     digest: str,
     have_log: bool,
     key: str,
-    run: str,
+    tenants: set[str] | frozenset[str],
 ) -> ResidueRecord:
     """``record`` with the serve-log side filled in for ``trace``'s tenant: the requests marked post-forget
-    by the harness's control key ``key`` (a mark set under any other key is not this run's) for a tenant
-    of run ``run`` (another run on the same serve reuses the session ids, never the run id)."""
+    by the harness's control key ``key`` (a mark set under any other key is not this run's) for one of
+    this run's ``tenants`` (another run on the same serve reuses the session ids, never a tenant's name)."""
     if not have_log:
         return record
     if record.skipped:
@@ -146,7 +146,7 @@ def context_residue(
         e
         for e in entries
         if (e.get("mark") or {}).get("key") == key
-        and str((e.get("mark") or {}).get("tenant", "")).startswith(f"{run}-")
+        and str((e.get("mark") or {}).get("tenant", "")) in tenants
         and (e.get("mark") or {}).get("session") == trace.session_id
         and counted(e.get("mark") or {})
     ]

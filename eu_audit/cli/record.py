@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from eu_audit.blackbox.serve_api import DEFAULT_CONTROL_FILE
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.cli.app import (
     Force,
@@ -109,10 +108,11 @@ RecordK = Annotated[
     int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
 ]
 RecordServeControl = Annotated[
-    Path,
+    Path | None,
     typer.Option(
-        help="With --agent --serve: the file where serve wrote its control secret (its --control-file). "
-        "Only the harness reads it; the agent under test is never given it."
+        help="With --agent --serve: the file where serve wrote its control secret (its --control-file; "
+        "default: where serve writes it for --serve's port, in a directory only you can enter). Only the "
+        "harness reads it; the agent under test is never given it."
     ),
 ]
 RecordAgentTimeout = Annotated[
@@ -186,7 +186,7 @@ def record(
     agent: RecordAgent = None,
     serve: RecordServe = None,
     k: RecordK = 5,
-    serve_control: RecordServeControl = Path(DEFAULT_CONTROL_FILE),
+    serve_control: RecordServeControl = None,
     agent_timeout: RecordAgentTimeout = None,
     max_response_mb: RecordMaxResponseMb = 4.0,
     max_bundle_mb: RecordMaxBundleMb = 512.0,

@@ -53,7 +53,7 @@ def schema(
 
         doc = agent_api()
     elif kind == "serve-log":
-        from eu_audit.blackbox.serve_api import LogEntry
+        from eu_audit.serve.api import LogEntry
 
         doc = {"$id": "eu-audit/serve-log@1", **LogEntry.model_json_schema()}
     else:

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from eu_audit.blackbox.serve_api import DEFAULT_CONTROL_FILE, UNASKED_CHAT_TOKENS, UNASKED_COMPLETION_TOKENS
 from eu_audit.cli.app import (
     Force,
     app,
@@ -15,6 +14,7 @@ from eu_audit.cli.app import (
     say,
 )
 from eu_audit.runtime.models import DEFAULT_MODEL
+from eu_audit.serve.api import UNASKED_CHAT_TOKENS, UNASKED_COMPLETION_TOKENS
 
 ServeLaneCaches = Annotated[
     int,
@@ -64,12 +64,15 @@ def serve(
         typer.Option(help="Decoding until the harness says otherwise: greedy, or agent (its own settings)."),
     ] = "greedy",
     control_file: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             help="Where to write this run's control secret (0600, new each start): the harness "
-            "(record --agent --serve-control) needs it to mark phases, pin decoding and read the log."
+            "(record --agent) needs it to mark phases, pin decoding and read the log; the agent must never "
+            "read it. Default: serve-PORT.control in a directory only you can enter ($XDG_RUNTIME_DIR/"
+            "eu-audit or /tmp/eu-audit-UID), where record --agent finds it from --serve. A path inside the "
+            "directory serve is started from is refused.",
         ),
-    ] = Path(DEFAULT_CONTROL_FILE),
+    ] = None,
     max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body (MiB).")] = 4.0,
     max_tokens: Annotated[
         int,
@@ -105,21 +108,26 @@ def serve(
 ) -> None:
     """Serve the model the agent under test talks to: OpenAI-compatible /v1/chat/completions (with tools),
     /v1/completions, /v1/embeddings (MiniLM), /v1/models; /health and /eu-audit/v1/progress. Every request
-    is logged; the harness pins decoding. Point the agent's OPENAI_BASE_URL at http://HOST:PORT/v1.
+    is logged; the harness pins decoding. Point the agent's OPENAI_BASE_URL at http://HOST:PORT/v1, and
+    run the agent as another user (or in a container): it must not read the control secret.
 
     Example:
 
     [bold]eu-audit serve --model smollm2-135m --port 8088 --log serve.jsonl[/]
     """
-    from eu_audit.blackbox.serve import run_server
-    from eu_audit.blackbox.serve_api import Limits
     from eu_audit.jsonl import check_output_path
+    from eu_audit.serve import run_server
+    from eu_audit.serve.api import Limits
 
     if pin not in ("greedy", "agent"):
         raise typer.BadParameter("--pin must be greedy or agent")
     if log is not None:
         check_output_path(log)
+    from eu_audit.serve.control import check_not_where_agents_start, default_control_file
+
+    control_file = control_file or default_control_file(port)
     check_output_path(control_file)
+    check_not_where_agents_start(control_file)
     if ctx is not None and upstream:
         raise typer.BadParameter("--ctx sizes the local engine's context; --upstream has its own")
     limits = Limits(

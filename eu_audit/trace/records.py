@@ -252,6 +252,10 @@ class ResidueRecord(_Record):
     replies: int | None = None  # the agent's answers during the event's turns, and those holding z
     replies_with_z: int | None = None
     reply_example: str = ""
+    #: tamper attempts serve's log shows for this tenant (the first check only; ``eu_audit.blackbox.tamper``):
+    #: kind -> count, and one example of each
+    tamper: dict[str, int] = Field(default_factory=dict)
+    tamper_examples: dict[str, str] = Field(default_factory=dict)
 
 
 class AgentForgetRecord(_Record):

@@ -19,10 +19,10 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from eu_audit.blackbox.serve_api import MAX_FUNCTION_NAME
 from eu_audit.errors import BadInput
 from eu_audit.runtime.chat import ChatFormat
 from eu_audit.runtime.tools import parse_tool_calls
+from eu_audit.serve.api import MAX_FUNCTION_NAME
 
 TOOL_PROMPT = (
     'To use a tool, write <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>.\nTools:\n{tools}'

@@ -14,58 +14,13 @@ the requests it counted as post-forget.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from eu_audit.errors import BadInput
-
-CONTROL_HEADER = "X-EU-Audit-Control"
-#: where serve writes its control secret unless told otherwise, and where the harness looks for it
-DEFAULT_CONTROL_FILE = "eu-audit-serve.control"
 Phase = Literal["stream", "forget", "future", "probe", "sample", "choice", "recheck"]
-
-
-def new_secret() -> str:
-    return secrets.token_hex(32)
-
-
-def key_id(secret: str) -> str:
-    """A public name for a secret (its digest's first 16 hex digits): logged and kept in the bundle."""
-    return hashlib.sha256(secret.encode()).hexdigest()[:16]
-
-
-def write_control_file(path: Path, secret: str) -> None:
-    """The control secret for the harness: 0600, never through a symlink, replaced atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise BadInput("is not a regular file; give another --control-file", path=str(path))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret + "\n")
-    os.replace(tmp, path)
-
-
-def read_control_file(path: Path) -> str:
-    """The secret a serve wrote (exit 2 naming the file when it cannot be read)."""
-    try:
-        secret = path.read_text().strip()
-    except OSError as exc:
-        raise BadInput(
-            f"cannot read serve's control secret ({exc.strerror}); serve writes it at start "
-            "(--control-file), record --agent reads it with --serve-control",
-            path=str(path),
-        ) from None
-    if len(secret) < 32 or not secret.isalnum():
-        raise BadInput("does not hold a control secret written by eu-audit serve", path=str(path))
-    return secret
 
 
 #: completion tokens for a request that names none (no ``max_tokens`` / ``max_completion_tokens``), within
@@ -303,3 +258,9 @@ class LogEntry(BaseModel):
     usage: dict[str, Any] | None = None
     finish: str | None = None  # stop | length | cancelled | deadline
     ms: float | None = None
+    #: the lane the request came in on ("" the root URL; "-" a lane serve never opened, refused 404)
+    lane: str | None = None
+    #: a control call: the harness's running number for it (``X-EU-Audit-Call``), so a control call the
+    #: harness never made, by anyone else holding the secret, stands out in the log
+    control_call: str | None = None
+    path: str | None = None  # a route serve does not have, as asked (refused 404)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from eu_audit.blackbox.serve_api import ANY_JSON_OBJECT, ResponseFormat
 from eu_audit.engines.constraint import JsonConstraint, JsonShape, StructuredOutput
 from eu_audit.errors import BadInput
+from eu_audit.serve.api import ANY_JSON_OBJECT, ResponseFormat
 
 
 def format_shape(fmt: ResponseFormat | None, tools: Any, log: dict[str, Any]) -> JsonShape | None:

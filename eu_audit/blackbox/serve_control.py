@@ -1,0 +1,121 @@
+"""The harness's hold on ``eu-audit serve``: marks, pinned decoding, the log.
+
+Every control call carries the run's secret and the harness's running number for it
+(``eu_audit.serve.control.CALL_HEADER``); the numbers it sent are kept, so the log can later show a control
+call the harness never made (``eu_audit.blackbox.tamper``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+
+from eu_audit.errors import BadInput, RunFailed
+from eu_audit.http import HttpFailure, request_json
+from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, control_file_for, key_id, read_control_file
+
+
+class CallNumbers:
+    """The numbers of the control calls this harness sent, shared by every lane of one run."""
+
+    def __init__(self) -> None:
+        self.run = secrets.token_hex(4)  # so two runs' numbers never look alike in one log
+        self._next = itertools.count(1)
+        self._lock = threading.Lock()
+        self.sent: set[str] = set()
+
+    def take(self) -> str:
+        with self._lock:
+            number = f"{self.run}-{next(self._next)}"
+            self.sent.add(number)
+            return number
+
+
+class ServeControl:
+    """Marks, pinned decoding and the log of one lane of serve (the root lane when ``lane`` is None). The
+    agent under test never has the secret."""
+
+    def __init__(
+        self, url: str | None, secret: str = "", lane: str | None = None, numbers: CallNumbers | None = None
+    ) -> None:
+        self.url = url.rstrip("/") if url else None
+        self.secret = secret
+        self.key = key_id(secret) if secret else ""
+        self.lane = lane  # None: the root lane, every model call of a run driven one tenant at a time
+        self.numbers = numbers or CallNumbers()
+
+    @classmethod
+    def open(cls, url: str | None, control_file: Path | None) -> ServeControl:
+        """The hold on serve at ``url`` with the secret from ``control_file`` (default: where serve writes
+        it for that port)."""
+        if url is None:
+            return cls(None)
+        return cls(url, read_control_file(control_file or control_file_for(url)))
+
+    def _call(self, path: str, body: Any = None) -> Any:
+        if self.url is None:
+            return None
+        try:
+            return request_json(
+                self.url + path,
+                "POST" if body is not None else "GET",
+                body,
+                timeout=60,
+                headers={CONTROL_HEADER: self.secret, CALL_HEADER: self.numbers.take()},
+                max_bytes=1 << 30,  # the log: every prompt of the run
+            )
+        except HttpFailure as exc:
+            raise RunFailed(f"eu-audit serve at {self.url}: {exc}") from None
+
+    def info(self) -> dict[str, Any]:
+        if self.url is None:
+            return {}
+        try:
+            got = dict(request_json(self.url + "/eu-audit/v1/info", timeout=60))
+        except HttpFailure as exc:
+            raise BadInput(f"--serve {self.url} is not an eu-audit serve that answers: {exc}") from None
+        if got.get("control_key") != self.key:
+            raise BadInput(
+                f"--serve-control: this secret (key {self.key}) is not the one {self.url} was started with "
+                f"(key {got.get('control_key')}); give the --control-file that serve wrote"
+            )
+        return got
+
+    def mark(self, **tag: Any) -> None:
+        self._call("/eu-audit/v1/mark", {"tag": tag, "lane": self.lane})
+
+    def unmark(self) -> None:
+        """Calls from now on belong to no tenant (a tenant's run is over)."""
+        self._call("/eu-audit/v1/mark", {"tag": None, "lane": self.lane})
+
+    def greedy(self) -> None:
+        self._call("/eu-audit/v1/decoding", {"mode": "greedy", "lane": self.lane})
+
+    def sampled(self, temperature: float, seed: int) -> None:
+        body = {"mode": "sampled", "temperature": temperature, "seed": seed, "lane": self.lane}
+        self._call("/eu-audit/v1/decoding", body)
+
+    def for_tenant(self) -> ServeControl:
+        """A fresh lane of serve for one tenant (its own marks and pinned decoding): the agent is told to
+        send that tenant's model calls to ``model_base_url``, so calls of tenants driven at the same time
+        are told apart by where they arrive."""
+        return ServeControl(self.url, self.secret, secrets.token_hex(16), self.numbers)
+
+    @property
+    def model_base_url(self) -> str | None:
+        if self.url is None or self.lane is None:
+            return None
+        return f"{self.url}/lanes/{self.lane}/v1"
+
+    def log(self, since: int = 0) -> tuple[list[dict[str, Any]], str]:
+        """serve's log from entry ``since`` on, and the digest of the whole log."""
+        got = self._call(f"/eu-audit/v1/log?since={since}")
+        return (list(got.get("entries", [])), str(got.get("digest", ""))) if got else ([], "")
+
+    def position(self) -> int:
+        """How many entries serve's log holds now (a run's own entries start there)."""
+        got = self._call("/eu-audit/v1/log?since=1000000000")
+        return int(got.get("total", 0)) if got else 0

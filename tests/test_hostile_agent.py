@@ -1,0 +1,97 @@
+"""An agent that keeps z cannot pass. A hostile agent served over HTTP through the documented contract
+(``tests/hostile_agent.py``) keeps z in every call and tries each route around the measurement: the
+control secret read from its file, a forged secret, the reference's lane with and without holding the
+reference, lanes serve never opened, lanes of tenants whose run is over. Every run ends with the run failed
+(exit 3) or the gate failed (exit 1), never held (0) or inconclusive (4), and the audit names what it
+tried, per tenant. Mechanics on the tiny model: seconds per route."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eu_audit.runtime.models import TINY_MODEL
+from eu_audit.serve.control import default_control_file
+
+from .helpers import cli_server, http_process, run_cli
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """serve as the README runs it: the control secret in its default, private place."""
+    folder = tmp_path_factory.mktemp("serve")
+    with cli_server(
+        "serve", "--model", TINY_MODEL, "--engine", "hf", "--log", str(folder / "log.jsonl")
+    ) as url:
+        yield url
+
+
+def _gate(serve: str, route: str, concurrency: int, tmp_path: Path) -> tuple[int, str, dict]:
+    """Record the hostile agent and audit the bundle as a CI job would: (exit code, output, audit JSON)."""
+    control = default_control_file(int(serve.rsplit(":", 1)[1]))
+    argv = [sys.executable, "-m", "tests.hostile_agent", "--route", route, "--serve", serve]
+    with http_process([*argv, "--control-file", str(control)], health="/eu-audit/v1/capabilities") as agent:
+        out = tmp_path / "bundle.jsonl"
+        rec = run_cli(
+            "record", "--agent", agent, "--serve", serve, "--suite", "builtin", "--n", "1", "--k", "1",
+            "--concurrency", str(concurrency), "--out", str(out),
+        )  # fmt: skip
+    if rec.returncode != 0:
+        return rec.returncode, rec.stdout + rec.stderr, {}
+    report = tmp_path / "audit.json"
+    junit = str(tmp_path / "j.xml")
+    audit = run_cli("audit", str(out), "--gate-set", "forget", "--json", str(report), "--junit", junit)
+    said = audit.stdout + audit.stderr
+    return audit.returncode, said, json.loads(report.read_text()) if report.exists() else {"said": said}
+
+
+@pytest.mark.parametrize(
+    ("route", "concurrency", "kinds"),
+    [
+        ("secret-file", 1, {"control_foreign"}),
+        ("no-secret", 1, {"control_refused"}),
+        ("reference-lane", 3, {"reference_z", "unfed_text", "stray_call"}),
+        ("hold", 3, {"reference_z", "unfed_text"}),
+        ("unknown-lane", 3, {"unknown_route"}),
+        ("other-lanes", 3, {"reference_z", "unfed_text", "stray_call"}),
+    ],
+)
+def test_a_hostile_agent_that_keeps_z_never_passes_whatever_route_it_tries(
+    serve: str, tmp_path: Path, route: str, concurrency: int, kinds: set[str]
+) -> None:
+    rc, said, report = _gate(serve, route, concurrency, tmp_path)
+    assert rc in (1, 3), f"{route}: exit {rc}\n{said[-3000:]}"
+    if rc == 1:  # the gate failed: on the tamper finding, named per tenant in the JSON and the JUnit
+        found = {t["kind"] for t in report["tampering"]}
+        assert found and found <= set(kinds) | {"unfed_text", "stray_call"}, (
+            route,
+            report["tampering"],
+            said[-1500:],
+        )
+        assert found & kinds, (route, report["tampering"])
+        tamper = next(g for g in report["gates"] if g["rule"] == "no tampering")
+        assert tamper["outcome"] == "failed" and "tried to get around" in tamper["detail"]
+        assert "no tampering" in said and "no tampering" in (tmp_path / "j.xml").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another user")
+def test_an_agent_run_as_another_user_cannot_read_the_control_secret(serve: str) -> None:
+    """The README's recipe runs the agent as another user: serve's default control file is in a 0700
+    directory of the user who started serve, so the agent's process cannot open it."""
+    control = default_control_file(int(serve.rsplit(":", 1)[1]))
+    assert control.exists() and (control.stat().st_mode & 0o777) == 0o600
+    assert (control.parent.stat().st_mode & 0o777) == 0o700
+    probe = subprocess.run(["cat", str(control)], user="nobody", capture_output=True, text=True)
+    assert probe.returncode != 0 and "Permission denied" in probe.stderr, probe.stderr
+
+
+def test_serve_refuses_to_write_its_secret_where_the_agent_is_started(tmp_path: Path) -> None:
+    proc = run_cli("serve", "--model", TINY_MODEL, "--control-file", "eu-audit-serve.control", cwd=tmp_path)
+    assert proc.returncode == 2 and "inside the directory serve was started from" in proc.stderr, proc.stderr
+    assert not (tmp_path / "eu-audit-serve.control").exists()
