@@ -41,10 +41,21 @@ class TooLarge(HttpFailure):
     """The answer is larger than the caller allows."""
 
 
+#: how much of a peer's error body a message quotes (the rest is the peer's own business, and may hold
+#: what it was sent)
+QUOTED_BODY = 160
+
+
 class HttpStatus(HttpFailure):
     def __init__(self, where: str, status: int, body: str) -> None:
-        super().__init__(where, f"HTTP {status}: {body[:300]}")
+        quoted = " ".join(body.split())[:QUOTED_BODY]
+        super().__init__(where, f"HTTP {status}: {quoted}{'...' if len(body) > QUOTED_BODY else ''}")
         self.status, self.body = status, body
+
+
+class Redirected(HttpFailure):
+    """The peer answered with a redirect: eu-audit follows none (a redirect could send the harness's
+    calls, or its secret, anywhere), so the exchange failed."""
 
 
 class NotJson(HttpFailure):
@@ -118,6 +129,11 @@ def request_json(
         conn.close()
     if expired.is_set():  # cut short at the deadline, even where the cut read looked like an end
         raise TimedOut(where, f"no whole answer within {timeout:.0f} s")
+    if 300 <= status < 400:
+        location = (resp.getheader("Location") or "")[:200]
+        raise Redirected(
+            where, f"answered a redirect (HTTP {status} to {location or 'nowhere'}); none is followed"
+        )
     if status >= 400:
         raise HttpStatus(where, status, raw.decode(errors="replace"))
     if not raw.strip():

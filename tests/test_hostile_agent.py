@@ -7,10 +7,12 @@ tried, per tenant. Mechanics on the tiny model: seconds per route."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +97,64 @@ def test_serve_refuses_to_write_its_secret_where_the_agent_is_started(tmp_path: 
     proc = run_cli("serve", "--model", TINY_MODEL, "--control-file", "eu-audit-serve.control", cwd=tmp_path)
     assert proc.returncode == 2 and "inside the directory serve was started from" in proc.stderr, proc.stderr
     assert not (tmp_path / "eu-audit-serve.control").exists()
+
+
+def _misbehaving_agent(mode: str) -> Iterator[str]:
+    """The notebook agent over HTTP, except that every message is answered with a redirect ("redirect"),
+    or the first call carrying z with an HTTP 500 whose body quotes it twenty times ("echo")."""
+    import threading
+
+    import uvicorn
+    from fastapi import Request
+    from fastapi.responses import PlainTextResponse, RedirectResponse
+
+    from eu_audit.blackbox.agent_server import create_agent_app
+    from eu_audit.engines.llamacpp_server import free_port
+
+    from .scripted_agents import naive
+
+    app = create_agent_app(naive())
+
+    @app.middleware("http")
+    async def misbehave(request: Request, call_next):  # type: ignore[no-untyped-def]
+        said = (await request.body()).decode()
+        if mode == "redirect" and request.url.path.endswith("/messages"):
+            return RedirectResponse("http://127.0.0.1:9/elsewhere", status_code=302)
+        if mode == "echo" and "Linden" in said:  # the first call that carries z: echoed twenty times
+            return PlainTextResponse(f"Traceback: while answering {said * 20}", status_code=500)
+        return await call_next(request)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("mode", ["redirect", "echo"])
+def test_the_driver_refuses_a_redirect_and_never_echoes_an_agents_error_body(
+    tmp_path: Path, mode: str
+) -> None:
+    """A redirect is no answer (once it was taken for an empty turn, and the run passed with seven empty
+    turns): the run fails, exit 3, naming the endpoint. An agent's 500 is quoted in a short excerpt with
+    the target masked (the episode's home address is in what it echoes)."""
+    agent = contextlib.contextmanager(_misbehaving_agent)(mode)
+    with agent as url:
+        out = tmp_path / "b.jsonl"
+        proc = run_cli(
+            "record", "--agent", url, "--suite", "builtin", "--n", "1", "--k", "1", "--out", str(out)
+        )
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 3 and not out.exists(), said
+    assert "/eu-audit/v1/" in said, said
+    if mode == "redirect":
+        assert "redirect (HTTP 302" in said, said
+    else:
+        assert "HTTP 500" in said and len(said) < 1500, said
+        assert "Linden" not in said and "[z]" in said, said  # the target, 12 Linden Street, masked

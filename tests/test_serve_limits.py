@@ -574,3 +574,69 @@ def test_a_forced_calls_arguments_match_the_functions_parameters_even_from_a_ran
     assert status == 200, got
     held = entries(log)[-1]["held_to"]
     assert held.startswith("arguments of f (not enforced: field 'tools[0].function.parameters'"), held
+
+
+def test_a_slow_loris_body_idle_sockets_and_a_client_that_leaves_mid_body_are_bounded_and_logged(
+    tmp_path: Path,
+) -> None:
+    """serve --request-timeout 6: a body dripped in one byte at a time is answered 408 and its connection
+    closed within 10 s; 100 connections that send nothing are closed too; a client that leaves mid-body is
+    a 400 in the log. No traceback on serve's stderr for any of them."""
+    port, log, err = free_port(), tmp_path / "serve.jsonl", tmp_path / "serve.err"
+    argv = [sys.executable, "-m", "eu_audit.cli", "serve", "--model", TINY_MODEL, "--engine", "hf"]
+    argv += [
+        "--port",
+        str(port),
+        "--log",
+        str(log),
+        "--control-file",
+        str(tmp_path / "c"),
+        "--request-timeout",
+        "6",
+    ]
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen(argv, stdout=stderr, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                request_json(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except Exception:
+                assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+                time.sleep(0.3)
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+        loris = socket.create_connection(("127.0.0.1", port))
+        loris.sendall(head + b"Content-Length: 5000\r\n\r\n")
+        loris.settimeout(0.2)
+        t0, answer = time.monotonic(), b""
+        while time.monotonic() - t0 < 15:
+            try:
+                loris.sendall(b" ")
+            except OSError:
+                break
+            try:
+                chunk = loris.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+            except TimeoutError:
+                pass
+            time.sleep(0.3)
+        cut = time.monotonic() - t0
+        assert answer.startswith(b"HTTP/1.1 408") and cut < 10, (answer[:200], cut)
+        gone = socket.create_connection(("127.0.0.1", port))
+        gone.sendall(head + b'Content-Length: 5000\r\n\r\n{"messages": [')
+        gone.close()
+        time.sleep(8)  # past the idle bound (the request deadline, 6 s, here)
+        for s in idle:
+            s.settimeout(1)
+            assert s.recv(10) == b""  # closed by serve
+            s.close()
+        statuses = [json.loads(x)["status"] for x in log.read_text().splitlines()]
+        assert 408 in statuses and 400 in statuses, statuses
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "Traceback" not in err.read_text(), err.read_text()[-3000:]

@@ -110,6 +110,7 @@ class Driver:
         self.toolset = load_toolset(ep.toolset)
         self.tools = [self._spec(name) for name in ep.tools if name in self.toolset]
         self.tx = Transcript(sid)
+        self.matcher = TargetMatcher.of(ep.target.value, ep.target.variants)
         self.after = False
         self.session = ""
 
@@ -138,7 +139,13 @@ class Driver:
         return f"episode {self.ep.id}, {self.sid}, {what}"
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
-        return guarded(what, fn)
+        """An agent operation; its failure's message with the episode's target masked (an agent's error
+        body may quote the conversation, and the message reaches CI logs)."""
+        try:
+            return guarded(what, fn)
+        except (AgentFailed, AgentUnreachable) as exc:
+            masked = self.matcher.redact(str(exc), "[z]")
+            raise type(exc)(masked) from None
 
     def start(self) -> None:
         self.call(self.where(0, None, "reset"), lambda: self.agent.reset(self.tenant))
