@@ -292,6 +292,62 @@ class Verification:
     valid: bool  # the signature and every subject digest check
     follows: bool  # the verdicts follow from the audit rows
     lines: list[str]
+    result: str = ""  # the verdict verified: PASSED, FAILED or WARNED
+
+    @property
+    def exit_code(self) -> int:
+        """0 a verified PASSED, 1 a verified FAILED, 4 a verified WARNED (inconclusive or insensitive);
+        2 a receipt whose verdict does not follow from its rows (it does not verify)."""
+        if not (self.valid and self.follows):
+            return 2
+        return {"PASSED": 0, "FAILED": 1}.get(self.result, 4)
+
+
+def _verifying_key(env_dict: dict[str, Any], key: Any, receipt: Path) -> str:
+    """The id of ``key`` when one of the envelope's signatures verifies under it. Each signature is tried
+    alone, and the key's own id is named, never the id a signature claims: a junk signature under the
+    signer's id beside a good one by another key proves nothing."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
+    sigs = env_dict.get("signatures")
+    if not isinstance(sigs, list) or not sigs:
+        raise BadInput("the envelope holds no signature", path=str(receipt), field="signatures")
+    for sig in sigs:
+        one = {**env_dict, "signatures": [sig]}
+        try:
+            env = Envelope.from_dict(copy.deepcopy(one))
+            env.verify([key], 1)
+        except VerificationError:
+            continue
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise BadInput(f"malformed envelope ({exc})", path=str(receipt), field="signatures") from None
+        return str(key.keyid)
+    raise BadInput(
+        f"no signature verifies with the given key (key {key.keyid}; the envelope's signatures claim "
+        f"{', '.join(str(s.get('keyid', '?'))[:16] for s in sigs if isinstance(s, dict))})",
+        path=str(receipt),
+        field="signatures",
+    )
+
+
+def _pinned_digest(model: str) -> str | None:
+    """The sha256 the model registry pins for a registered model's weights (None: not registered, or
+    made locally, such as the tiny random model)."""
+    from eu_audit.runtime.models import EmbeddedGGUF, resolve_model
+
+    try:
+        src = resolve_model(model).source
+    except BadInput:
+        return None
+    return src.sha256 if isinstance(src, EmbeddedGGUF) else None
+
+
+def _what_it_shows(result: str, controls: Sequence[str]) -> list[str]:
+    """'proves' only for a PASSED verdict; a failed or warned one measured those things, and showed no
+    more than its verdict says."""
+    word = "proves" if result == "PASSED" else f"measured (the verdict is {result}, so it proves none of it)"
+    return [f"{word}: {c}" for c in controls]
 
 
 def read_envelope(path: Path) -> dict[str, Any]:
@@ -310,23 +366,15 @@ def read_envelope(path: Path) -> dict[str, Any]:
     return env
 
 
-def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Verification:
-    """Signature, subjects, and the verdicts recomputed from the audit JSON among ``files``."""
-    from securesystemslib.dsse import Envelope
-    from securesystemslib.exceptions import VerificationError
-
+def verify_receipt(
+    receipt: Path, public_key: Path, files: Sequence[Path], *, partial: bool = False
+) -> Verification:
+    """Signature, subjects (every one, unless ``partial``), and the verdicts recomputed from the audit JSON
+    among ``files``."""
     from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate
 
     env_dict = read_envelope(receipt)
-    try:
-        env = Envelope.from_dict(copy.deepcopy(env_dict))  # from_dict consumes what it reads
-        env.verify([load_public_key(public_key)], 1)
-    except VerificationError as exc:
-        raise BadInput(
-            f"the signature does not verify with {public_key}: {exc}", path=str(receipt), field="signatures"
-        ) from None
-    except (KeyError, ValueError, TypeError) as exc:
-        raise BadInput(f"malformed envelope ({exc})", path=str(receipt)) from None
+    key_used = _verifying_key(env_dict, load_public_key(public_key), receipt)
     stmt = json.loads(base64.b64decode(env_dict["payload"]))
     if stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
         raise BadInput(
@@ -334,11 +382,15 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
             path=str(receipt),
             field="predicateType",
         )
-    lines = [f"signature: valid (ed25519, key {next(iter(env.signatures), '?')})"]
+    lines = [f"signature: valid (ed25519, verified with key {key_used})"]
     named = {subj["digest"]["sha256"]: subj["name"] for subj in stmt["subject"]}
     audit_name = stmt["predicate"]["configuration"][0]["name"]
     audit_file = None
     checked = set()
+    for d, n in named.items():  # the weights by their registered name: the registry pins their digest
+        if n.startswith("model-weights:") and _pinned_digest(n.split(":", 1)[1]) == d:
+            checked.add(d)
+            lines.append(f"subject {n}: matches the digest eu-audit's model registry pins for it")
     for f in files:  # every file given must be one of the receipt's subjects
         d = sha256_file(f)
         if d not in named:
@@ -346,9 +398,15 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
         checked.add(d)
         lines.append(f"subject {named[d]}: matches {f}")
         audit_file = f if named[d] == audit_name else audit_file
-    lines += [
-        f"subject {n}: not checked (its file was not given)" for d, n in named.items() if d not in checked
-    ]
+    missing = [n for d, n in named.items() if d not in checked]
+    if missing and not partial:
+        raise BadInput(
+            f"not every subject of the receipt was given: {', '.join(missing)}; give them all, or pass "
+            "--partial to check only those given (what was not checked is printed)",
+            path=str(receipt),
+            field="subject",
+        )
+    lines += [f"subject {n}: NOT CHECKED (its file was not given; --partial)" for n in missing]
     if audit_file is None:
         raise BadInput(
             f"give the file the receipt's verdict is recomputed from ({audit_name})",
@@ -373,11 +431,9 @@ def verify_receipt(receipt: Path, public_key: Path, files: Sequence[Path]) -> Ve
         + ("follows from" if follows else "does NOT follow from")
         + f" the {len(report.states)} audit rows of {audit_file} (recomputed)"
     )
-    lines += [
-        f"proves: {c}" for c in stmt["predicate"]["configuration"][0]["annotations"]["controls_measured"]
-    ]
+    lines += _what_it_shows(predicate_result, annotations["controls_measured"])
     lines += [f"does not prove: {c}" for c in limits(report)]
-    return Verification(True, follows, lines)
+    return Verification(True, follows, lines, predicate_result)
 
 
 def limits(report: AuditReport) -> list[str]:
@@ -410,6 +466,6 @@ def _verify_forget(stmt: dict[str, Any], out_bundle: Path, lines: list[str]) -> 
         + ("follows from" if follows else "does NOT follow from")
         + f" session {sid}'s receipt in {out_bundle} (re-read)"
     )
-    lines += [f"proves: {c}" for c in pred["configuration"][0]["annotations"]["controls_measured"]]
+    lines += _what_it_shows(pred["result"], pred["configuration"][0]["annotations"]["controls_measured"])
     lines.append("does not prove: that the method's state equals a reference (audit it for that)")
-    return Verification(True, follows, lines)
+    return Verification(True, follows, lines, pred["result"])

@@ -95,8 +95,36 @@ def test_a_signed_receipt_verifies_and_refuses_a_changed_byte_or_another_bundle(
     assert proc.returncode == 1, proc.stderr
     assert not [z for z in variants(bundle) if z in receipt.read_text()]
     proc = run_cli("verify", str(receipt), str(js), str(bundle), "--key", str(pub))
-    assert proc.returncode == 0 and "follows from" in proc.stdout, proc.stdout + proc.stderr
-    assert "does not prove" in proc.stdout
+    # a verified FAILED exits 1, so a CI step gating on verify fails with the forget
+    assert proc.returncode == 1 and "follows from" in proc.stdout, proc.stdout + proc.stderr
+    assert "does not prove" in proc.stdout and "proves:" not in proc.stdout  # "measured", for a FAILED
+    assert "measured (the verdict is FAILED" in proc.stdout
+    # only the audit JSON: refused (exit 2) unless --partial, which says what it did not check
+    proc = run_cli("verify", str(receipt), str(js), "--key", str(pub))
+    assert proc.returncode == 2 and "not every subject" in proc.stderr, proc.stdout + proc.stderr
+    proc = run_cli("verify", str(receipt), str(js), "--key", str(pub), "--partial")
+    assert proc.returncode == 1 and "bb.jsonl: NOT CHECKED" in proc.stdout, proc.stdout + proc.stderr
+    # a junk signature under the signer's key id before a valid one by an attacker's key: the attacker's
+    # signature does not verify under the signer's key, and the junk one is no signature at all
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from eu_audit.evidence import sign
+
+    attacker = tmp_path / "attacker.pem"
+    attacker.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    signed = json.loads(receipt.read_text())
+    forged = sign(json.loads(base64.b64decode(signed["payload"])), attacker)
+    junk = {"keyid": signed["signatures"][0]["keyid"], "sig": "00" * 64}
+    forged["signatures"] = [junk, *forged["signatures"]]
+    spoof = tmp_path / "spoof.json"
+    spoof.write_text(json.dumps(forged))
+    proc = run_cli("verify", str(spoof), str(js), str(bundle), "--key", str(pub))
+    assert proc.returncode == 2 and "no signature verifies" in proc.stderr, proc.stdout + proc.stderr
     # an independent reader: the DSSE library itself, and the statement's in-toto fields
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
     from securesystemslib.dsse import Envelope
@@ -127,7 +155,7 @@ def test_a_signed_receipt_verifies_and_refuses_a_changed_byte_or_another_bundle(
     assert proc.returncode == 2 and "not a subject" in proc.stderr
 
 
-def test_a_receipt_whose_verdict_does_not_follow_from_its_rows_exits_1(
+def test_a_receipt_whose_verdict_does_not_follow_from_its_rows_does_not_verify(
     bundle: Path, keys: tuple[Path, Path], tmp_path: Path
 ) -> None:
     from eu_audit.audits.model import AuditReport
@@ -145,8 +173,8 @@ def test_a_receipt_whose_verdict_does_not_follow_from_its_rows_exits_1(
     rules[0]["outcome"] = "held"
     receipt = tmp_path / "receipt.json"
     receipt.write_text(json.dumps(sign(stmt, priv)))
-    proc = run_cli("verify", str(receipt), str(js), "--key", str(pub))
-    assert proc.returncode == 1 and "does NOT follow" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_cli("verify", str(receipt), str(js), str(bundle), "--key", str(pub))
+    assert proc.returncode == 2 and "does NOT follow" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_receipt_mistakes_exit_2_before_any_model_runs(

@@ -13,7 +13,8 @@ runs a few hundred of them under hypothesis on every test run.
 
 Semantic edits (``SEMANTIC_EDITS``) keep every line valid but make the bundle contradict itself: a block's
 text emptied or cut before the target while its token ids keep it, a target, source or step text that
-differs from the episode, a target that never occurs, a session removed with the end count fixed, an
+differs from the episode, a target that never occurs, a forget request for
+what no observation holds or from a source none came from, a session removed with the end count fixed, an
 enum that is not one, bytes that are not UTF-8. Each must be refused, at read or at the model stage,
 never given a receipt.
 """
@@ -188,6 +189,16 @@ def _target_never_occurs(objs: list[dict[str, Any]]) -> None:
         holder["value"], holder["variants"] = "Quay Street 99, Dunedin", []
 
 
+def _forget_nowhere(objs: list[dict[str, Any]]) -> None:
+    fr = _first(objs, "forget_request")
+    fr["target"], fr["variants"] = "Nowhere Lane 77", []
+
+
+def _forget_unknown_source(objs: list[dict[str, Any]]) -> None:
+    fr = _first(objs, "forget_request")
+    fr["source"] = "src-never-seen"
+
+
 def _session_removed(objs: list[dict[str, Any]]) -> None:
     sids = [o["session_id"] for o in objs if o["type"] == "session"]
     if len(sids) < 2:
@@ -211,6 +222,8 @@ SEMANTIC_EDITS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "the session's source_id differs from its episode's": _other_source,
     "an episode step's text differs from the recorded observation": _episode_text_edited,
     "the forget target never occurs in the session": _target_never_occurs,
+    "the forget request names a target no observation holds (Nowhere Lane 77)": _forget_nowhere,
+    "the forget request names a source no observation came from": _forget_unknown_source,
     "a whole session removed and the end count fixed": _session_removed,
     "checkpoint_policy not a policy": _policy_bogus,
     "an observation kind not a step kind": _kind_bogus,

@@ -50,6 +50,7 @@ def _check_session(bundle: Bundle, trace: SessionTrace, in_cache: bool) -> None:
     if in_cache and trace.session.method is None:
         check.observations()
         check.target_occurs()
+        check.forget_requests_name_what_was_seen()
 
 
 class _SessionCheck:
@@ -125,6 +126,29 @@ class _SessionCheck:
                 "the target never occurs in the recorded session; there is nothing to forget, and a clean "
                 "receipt would prove nothing",
             )
+
+    def forget_requests_name_what_was_seen(self) -> None:
+        """A forget request asks to remove something the session observed: its target (or a variant) occurs
+        in an observation, and a source it names is an observation's source. A request for what never was
+        ("Nowhere Lane 77") would otherwise get a clean receipt: nothing to remove, so nothing left."""
+        from eu_audit.matching import TargetMatcher
+
+        seen = [o.content for o in self.trace.observations]
+        sources = {sid for o in self.trace.observations for sid in o.source_ids}
+        for i, fr in enumerate(self.trace.forget_requests):
+            key: LineKey = (self.sid, "forget_request", str(i))
+            if not fr.target.strip():
+                continue  # refused as empty by records()
+            m = TargetMatcher.of(fr.target, fr.variants)
+            if not any(m.found_in(text) for text in seen):
+                raise self.fail(
+                    key,
+                    "target",
+                    f"the forget request's target {fr.target!r} occurs in no observation of the session: "
+                    "there is nothing to forget, and a clean receipt would prove nothing",
+                )
+            if fr.source is not None and sources and fr.source not in sources:
+                raise self.fail(key, "source", f"names source {fr.source!r}, which no observation came from")
 
     def blocks(self) -> None:
         """Turns in 0..T and in order; a span as long as the token ids it holds."""
