@@ -21,7 +21,7 @@ from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer, interrupt_on_sigterm, parse_line, sweep_stale_temps
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import TINY_MODEL, LoadedModel, prepare, resolve_model
+from eu_audit.runtime.models import FAST_MODEL, TINY_MODEL, LoadedModel, prepare, resolve_model
 
 from .helpers import run_cli
 
@@ -376,6 +376,39 @@ def test_an_altered_or_truncated_model_cache_is_rebuilt_never_loaded(
     assert proc.returncode == 1 and "model.safetensors" in proc.stderr, proc.stdout + proc.stderr
     assert prepare(spec) == folder and weights.read_bytes() == good
     assert models_verify().returncode == 0
+
+
+def test_a_rewritten_cache_marker_cannot_make_altered_weights_load_under_the_pinned_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone who can write the cache can rewrite its marker too. SmolLM2's joined GGUF with one byte
+    flipped and the marker rewritten to the altered file's sha256: the load checks the file against the
+    digest the registry pins in code, finds it altered and joins it again; models --verify names the pin."""
+    import json
+
+    from eu_audit.runtime.model_cache import MARKER, sha256_of
+
+    monkeypatch.setenv("EU_AUDIT_CACHE", str(tmp_path))
+    spec = resolve_model(FAST_MODEL)
+    folder = prepare(spec, "gguf")
+    gguf = folder / "model.gguf"
+    good = sha256_of(gguf)
+    with open(gguf, "r+b") as f:
+        f.seek(-4096, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-4096, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    marker = json.loads((folder / MARKER).read_text())
+    marker["files"]["model.gguf"]["sha256"] = sha256_of(gguf)  # the attacker's own digest
+    (folder / MARKER).write_text(json.dumps(marker))
+    proc = subprocess.run(
+        [sys.executable, "-m", "eu_audit.cli", "models", "--verify"],
+        capture_output=True, text=True, env=dict(os.environ, EU_AUDIT_CACHE=str(tmp_path), COLUMNS="200"),
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "the registry pins" in proc.stderr, proc.stdout + proc.stderr
+    assert "smollm2-135m gguf: checked against the registry's pinned sha256 (model.gguf)" in proc.stdout
+    assert prepare(spec, "gguf") == folder and sha256_of(gguf) == good == spec.source.sha256  # type: ignore[union-attr]
 
 
 # --- fuzz: every mutated input is refused with its line, or accepted and processed ----------------------

