@@ -374,6 +374,16 @@ def test_an_agent_that_forges_marks_still_has_its_post_forget_prompts_counted(
     assert residue.context_calls and residue.context_calls_with_z == residue.context_calls
     assert bundle.header.engine_facts["serve_control_key"] == call(url, "/eu-audit/v1/info")[1]["control_key"]
     os.chmod(control, 0o600)
+    # every refused attempt is a finding, counted per tenant, and fails the gate whatever else held
+    tried = {s.session.method: s.residues[0].tamper for s in bundle.sessions}
+    assert all(t.get("control_refused", 0) >= 4 for t in tried.values()), tried
+    from eu_audit.audit import AuditOptions, audit
+    from eu_audit.gate import evaluate
+
+    report = audit(tmp_path / "bb.jsonl", AuditOptions())
+    assert {t.tenant for t in report.tampering} == {"agent", "b5", "b0"}
+    gates = {g.rule: g for g in evaluate(report, ["agent.residue_store==0"])}
+    assert gates["no tampering"].outcome == "failed" and "without the secret" in gates["no tampering"].detail
 
 
 def test_a_loop_no_agent_asked_for_is_stopped_and_logged_as_repetition() -> None:

@@ -14,6 +14,7 @@ from eu_audit.cli.app import (
     Force,
     ShardOption,
     app,
+    err,
     out,
     progress_bar,
     say,
@@ -316,7 +317,12 @@ def _record_agent(opts: Any) -> None:
     table = Table(title=Text(f"{path}  (agent {agent})"))
     cols = ["session", "episode", "forget", "skipped steps", "z in prompts after", "z in store"]
     rechecks = opts.recheck
-    for col in [*cols, *(["z after rechecks"] if rechecks else [])]:
+    tampered = any(s.residues and s.residues[0].tamper for s in bundle.sessions)
+    for col in [
+        *cols,
+        *(["z after rechecks"] if rechecks else []),
+        *(["tamper attempts"] if tampered else []),
+    ]:
         table.add_column(col)
     for s in bundle.sessions:
         r = s.residues[0] if s.residues else None
@@ -331,8 +337,15 @@ def _record_agent(opts: Any) -> None:
         row = [Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store]
         if rechecks:
             row.append(Text(recheck_cell(s.residues[1:]) if s.session.method == "agent" else "-"))
+        if tampered:
+            row.append(Text(", ".join(f"{k} {n}" for k, n in sorted(r.tamper.items())) if r else "-"))
         table.add_row(*row)
     out.print(table)
+    if tampered:
+        say(
+            err,
+            "the agent tried to get around the measurement (tamper attempts above): the audit's gate fails",
+        )
     if not serve:
         say(
             out, "without --serve: Leak@k, choices and residue_context are not measurable (the audit says so)"

@@ -37,8 +37,9 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/n
 trap cleanup EXIT
 wait_for() { timeout 600 bash -c "until curl -sf $1 >/dev/null; do sleep 1; done"; }
 
+# the control secret goes to serve's default, a directory only this user can enter (record finds it there)
 "$BIN/eu-audit" serve --model "$MODEL" --port "$SERVE_PORT" --log "$OUT/serve.jsonl" --force ${CTX:+--ctx "$CTX"} ${PIECE:+--piece-tokens "$PIECE"} \
-  --control-file "$OUT/serve.control" > "$OUT/serve.out" 2>&1 &
+  > "$OUT/serve.out" 2>&1 &
 pids+=($!)
 wait_for "$SERVE/health"
 rm -rf "$OUT/agent-data"
@@ -51,7 +52,7 @@ pids+=($!)
 wait_for "$URL/eu-audit/v1/capabilities"
 
 start=$(date +%s)
-"$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" --serve-control "$OUT/serve.control" \
+"$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" \
   --suite "$SUITE" --n "$N" --seed 0 \
   --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
   ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} \
