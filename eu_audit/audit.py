@@ -78,6 +78,8 @@ class AuditPlan:
     methods: list[str]
     suites: list[str]
     side: Side
+    #: metrics the recorded run can measure at all (a gate set's rule "where measured" is kept only then)
+    measurable: frozenset[str] = frozenset()
 
 
 def with_floor_and_control(names: list[str], floor: bool) -> list[str]:
@@ -95,7 +97,9 @@ def audit_plan(path: str | Path, opts: AuditOptions) -> AuditPlan:
         present = list(dict.fromkeys(s.session.method or "recorded" for s in bundle.sessions))
         kept = (FLOOR, CONTROL) if opts.floor else ()
         planned = [m for m in present if wanted is None or m in wanted or m in kept]
-        return AuditPlan([*planned, SERVING] if opts.serving else planned, suites, side)
+        disk = any(r.disk is not None for s in bundle.sessions for r in s.residues[:1])
+        measurable = frozenset({"residue_disk"} if disk else ())
+        return AuditPlan([*planned, SERVING] if opts.serving else planned, suites, side, measurable)
     names = with_floor_and_control(parse_methods(list(opts.methods), bundle.header.engine), opts.floor)
     return AuditPlan([*names, SERVING] if opts.serving else names, suites, side)
 

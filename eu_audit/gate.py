@@ -13,7 +13,7 @@ that could not be measured fails the rule, and an errored state fails the run.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from eu_audit.audits.channels import KINDS, check_tier
@@ -79,6 +79,9 @@ class GateSet:
     metric the audit's side never measures (the residue facts on a white-box bundle) is left out."""
 
     rules: tuple[str, ...]
+    #: rules added only where the run can measure their metric (eu-audit's read of an agent's files needs
+    #: the files named: a run that named none is not failed for it, and says it was not measured)
+    where_measured: tuple[str, ...] = ()
 
 
 #: the pseudo-rule ``evaluate`` adds, failed, when a state errored (never a rule a user writes)
@@ -104,6 +107,8 @@ GATE_SETS.add(
             "residue_context==0",
             "residue_store==0",
         ),
+        # eu-audit's own read of the agent's files, where the run named them (files / --store-path)
+        where_measured=("residue_disk==0",),
     ),
 )
 
@@ -125,16 +130,21 @@ def describe_gate_sets() -> str:
     return ", ".join(parts)
 
 
-def expand_gate_sets(names: Sequence[str], methods: Sequence[str], side: Side) -> list[str]:
+def expand_gate_sets(
+    names: Sequence[str], methods: Sequence[str], side: Side, measurable: Iterable[str] = ()
+) -> list[str]:
     """The rules the named sets hold each method to (the floor, the positive control, which is expected
-    to keep z, and the serving layer excepted)."""
+    to keep z, and the serving layer excepted); a set's rules "where measured" only where the run can
+    measure their metric (``measurable``)."""
     out: list[str] = []
+    can = set(measurable)
     for name in names:
         gate_set = GATE_SETS.get(name)
+        extra = [r for r in gate_set.where_measured if parse_rule(f"x.{r}").metric in can]
         for method in methods:
             if method in (FLOOR, CONTROL, SERVING):
                 continue
-            for rule in gate_set.rules:
+            for rule in [*gate_set.rules, *extra]:
                 parsed = parse_rule(f"{method}.{rule}")
                 channel = "." in parsed.metric  # a channel is a black-box agent's (channels.KINDS)
                 sides = {"black"} if channel else METRICS.get(parsed.metric).sides

@@ -70,6 +70,20 @@ def _residue_store(ev: Evidence) -> float | NotMeasured:
     return float((r.store_items_with_z or 0) > 0)
 
 
+def _residue_disk(ev: Evidence) -> float | NotMeasured:
+    r = ev.residue
+    if r is None or r.disk is None:
+        return NotMeasured(
+            "not measured: no file of the agent's was named (it lacks 'files'; record --agent --store-path)"
+        )
+    if any(r.disk.values()):
+        return 1.0
+    if r.disk_unread:  # clean where read, but a file it could not read may hold z: never clean
+        file, why = next(iter(r.disk_unread.items()))
+        return NotMeasured(f"not measured: {file} could not be read ({why})")
+    return 0.0
+
+
 def _agreement(p: FloorPair) -> float | NotMeasured | None:
     value = token_agreement(p.state.sample_ids, p.floor.sample_ids)
     if value is None and p.state.samples:
@@ -192,6 +206,24 @@ metric(
         True,
         True,
         compute=_residue_store,
+        sides=BLACK,
+        observation=True,
+        shows="keeps",
+        control=True,
+    )
+)
+metric(
+    Metric(
+        "residue_disk",
+        "residue disk",
+        "low",
+        True,
+        "eu-audit's own read of the agent's files still finds z: rows, orphans of deleted rows, raw bytes "
+        "(free pages, WAL) or an embedding of z",
+        1,
+        True,
+        True,
+        compute=_residue_disk,
         sides=BLACK,
         observation=True,
         shows="keeps",

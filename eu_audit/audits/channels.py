@@ -7,7 +7,10 @@ audit. A channel is something the audit observed of the agent:
   (``prompt.system``, ``prompt.user``, ``prompt.agent``, ``prompt.calls`` (its earlier tool calls),
   ``prompt.tool``, ``prompt.specs`` (the offered tools), ``prompt.format`` (a response format's schema),
   ``prompt.split`` (z only in the prompt read whole), ``prompt.embedding``);
-- what it *keeps*: each store of its dump (``store.history``, ``store.memory``, ``store.checkpoints``, ...);
+- what it *keeps*: each store of its dump (``store.history``, ``store.memory``, ``store.checkpoints``, ...),
+  as the agent reports it; and, read by eu-audit itself below the dump in the files the agent names
+  (``eu_audit.blackbox.forensics``), ``disk.rows``, ``disk.orphans``, ``disk.bytes``, ``disk.vectors``:
+  "store" says the agent's dump reported it, "disk" that eu-audit read it;
 - the serving layer's cache: always unknown here (``SERVING_CACHE``), never counted clean.
 
 Per session, a channel is **leaked** (z in what the agent said or did, or in a state channel of a session
@@ -42,6 +45,7 @@ from typing import Literal
 
 from eu_audit.audits.leakage import SINK_CLASSES
 from eu_audit.audits.model import StateAudit
+from eu_audit.blackbox.forensics import DISK_TIERS
 from eu_audit.blackbox.residue import (
     EMBEDDING,
     RAW_PROMPT,
@@ -62,6 +66,7 @@ VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "never held",
 KINDS: dict[str, tuple[str, str]] = {
     "prompt": ("residue_context", "context_tiers"),
     "store": ("residue_store", "store_tiers"),
+    "disk": ("residue_disk", "disk_tiers"),
     "tool": ("leak_action", ""),
     "after": ("", "after"),
 }
@@ -91,10 +96,17 @@ NOT_A_TIER = {
 LABELS = {
     "prompt": "prompts after the forget",
     "store": "store dump",
+    "disk": "files read by eu-audit (below the dump)",
     "tool": "tool arguments",
     "after": "after the rechecks",
 }
-EXAMPLES = {"prompt": "context_example", "store": "store_example", "tool": "", "after": ""}
+EXAMPLES = {
+    "prompt": "context_example",
+    "store": "store_example",
+    "disk": "disk_example",
+    "tool": "",
+    "after": "",
+}
 #: the serving layer's prefix cache: never observable through the contract. The run's model server is
 #: eu-audit serve, a stand-in for the one the agent is deployed on, so its cache says nothing of the
 #: agent's; a served engine's cache is measured white-box (``eu-audit audit --serving``, a decoy prefix)
@@ -149,6 +161,8 @@ def check_tier(kind: str, tier: str) -> str:
     if kind == "prompt" and tier not in PROMPT_TIERS:
         instead = NOT_A_TIER.get(tier, f"the prompt tiers are {', '.join(PROMPT_TIERS)}")
         return f"'prompt.{tier}' is no prompt tier ({instead})"
+    if kind == "disk" and tier not in DISK_TIERS:
+        return f"'disk.{tier}' is no channel of eu-audit's own read (they are {', '.join(DISK_TIERS)})"
     if kind == "tool" and tier not in SINK_CLASSES:
         return f"'tool.{tier}' is no sink class (they are {', '.join(SINK_CLASSES)})"
     if kind == "after":  # a recheck event's name (whether the run had it is asked of the run)

@@ -37,6 +37,7 @@ from eu_audit.blackbox.contract import (
     Message,
     StartSession,
     StoreDump,
+    StoreFiles,
     ToolSpec,
     Turn,
 )
@@ -98,6 +99,8 @@ class AgentUnderTest(Protocol):
     def restart(self, tenant: str) -> None: ...
 
     def reindex(self, tenant: str) -> None: ...
+
+    def files(self, tenant: str) -> StoreFiles: ...
 
 
 class AgentUnreachable(BadInput):
@@ -207,6 +210,10 @@ class HttpAgent:
     def reindex(self, tenant: str) -> None:
         self._op("reindex", tenant)
 
+    def files(self, tenant: str) -> StoreFiles:
+        got: StoreFiles = self._op("files", tenant)
+        return got
+
 
 class InProcessAgent:
     """An agent object in the harness's process, held to the same bounds as an HTTP one: each call runs
@@ -283,6 +290,9 @@ class InProcessAgent:
 
     def reindex(self, tenant: str) -> None:
         self._run("reindex", tenant)
+
+    def files(self, tenant: str) -> StoreFiles:
+        return self._run("files", tenant)
 
 
 #: adapter kind -> factory from the part after ``kind:`` (or the whole URL for http / https)

@@ -22,6 +22,7 @@ from eu_audit.blackbox.contract import (
     Session,
     StartSession,
     StoreDump,
+    StoreFiles,
     Turn,
 )
 from eu_audit.errors import BadInput
@@ -85,6 +86,9 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         optional("reindex", tenant)
         return Ok()
 
+    def files(tenant: str) -> StoreFiles:
+        return optional("files", tenant)
+
     handlers: dict[str, Callable[..., Any]] = {
         "capabilities": capabilities,
         "start": start,
@@ -97,6 +101,7 @@ def create_agent_app(agent: AgentUnderTest) -> Any:
         "dump": dump,
         "restart": restart,
         "reindex": reindex,
+        "files": files,
     }
     assert set(handlers) == set(BY_OP), "every endpoint of the contract has one handler"
     for e in ENDPOINTS:  # paths, verbs and answers from the contract's one table

@@ -54,6 +54,13 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
         }
         if first.stores is not None:  # None: no dump, or a bundle from before the field (names unknown)
             st.residue["stores"] = first.stores
+        if first.disk is not None:  # eu-audit's own read of the agent's files (``forensics``)
+            st.residue["disk_tiers"] = first.disk
+            # the most specific place first: a live row, an orphan, a vector, then raw bytes
+            order = ("rows", "orphans", "vectors", "bytes")
+            where = next(((k, first.disk_examples[k]) for k in order if k in first.disk_examples), None)
+            st.residue["disk_example"] = f"[{where[0]}] {where[1]}" if where else ""
+            st.residue["disk_unread"] = first.disk_unread
         if len(trace.residues) > 1:
             # "came back": held after an event while no check right after the forget held it (the first
             # check, and the dump taken at once where --recheck at-once ran); never said of at-once itself

@@ -17,6 +17,7 @@ An agent serves, on its own base URL:
 | ``GET /eu-audit/v1/tenants/{tenant}/dump`` (optional: ``store_dump``) |  | ``StoreDump`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/restart`` (optional: ``restart``) |  | ``Ok`` |
 | ``POST /eu-audit/v1/tenants/{tenant}/reindex`` (optional: ``reindex``) |  | ``Ok`` |
+| ``GET /eu-audit/v1/tenants/{tenant}/files`` (optional: ``store_files``) |  | ``StoreFiles`` |
 
 Path ids are percent-encoded, one segment each (the harness names tenants with letters, digits and
 ``-``; an agent that lets a session id hold ``/`` must match it whole, as ``eu-audit agent`` does).
@@ -51,6 +52,12 @@ What each call means (what a stranger would otherwise have to guess):
   store (memory rows, history or audit tables, summaries, checkpoints, vector payloads, graph nodes). It
   must only read: the harness calls it after the probes, after each recheck and, with ``--recheck
   at-once``, right after the forget, between the episode's turns.
+- ``files(tenant)``: the paths of every file the agent persists the tenant's data in (SQLite databases,
+  vector stores, JSON, logs), as the harness's machine sees them; a file shared by tenants is listed for
+  each. The harness reads them itself after the forget (``eu_audit.blackbox.forensics``): every table and
+  column, the raw bytes (free pages, WAL and journal included) and every stored vector, so what the
+  agent's dump leaves out still counts. ``record --agent --store-path GLOB`` names them for an agent that
+  does not serve this.
 - ``restart(tenant)``: what a process restart does to the tenant: drop everything held in memory for it
   (clients, caches, open sessions, in-memory indexes) and load it back from what the agent persisted, as a
   fresh process would. Session ids stay valid (the session is loaded back by its id). Only an agent
@@ -89,6 +96,7 @@ class Capabilities(_Model):
     tenant_model_url: bool = False
     restart: bool = False  # the agent reloads a tenant from what it persisted, as a new process would
     reindex: bool = False  # the agent rebuilds a tenant's derived indexes from its records when told
+    store_files: bool = False  # the agent names the files it persists a tenant's data in (``files``)
 
 
 class ToolSpec(_Model):
@@ -169,6 +177,12 @@ class StoreDump(_Model):
     items: list[StoredItem] = Field(default_factory=list)
 
 
+class StoreFiles(_Model):
+    """Where the agent persists a tenant's data: absolute paths on the harness's machine."""
+
+    paths: list[str] = Field(default_factory=list, max_length=1000)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One call of the contract, written once: the HTTP client, the reference server, the Python
@@ -203,6 +217,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("dump", "GET", "/tenants/{tenant}/dump", None, StoreDump, "store_dump"),
     Endpoint("restart", "POST", "/tenants/{tenant}/restart", None, Ok, "restart"),
     Endpoint("reindex", "POST", "/tenants/{tenant}/reindex", None, Ok, "reindex"),
+    Endpoint("files", "GET", "/tenants/{tenant}/files", None, StoreFiles, "store_files"),
 )
 BY_OP = {e.op: e for e in ENDPOINTS}
 REQUIRED_OPS = tuple(e.op for e in ENDPOINTS if e.required)

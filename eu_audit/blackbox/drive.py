@@ -44,6 +44,7 @@ from eu_audit.blackbox.contract import (
 )
 from eu_audit.blackbox.driver import Driver, guarded
 from eu_audit.blackbox.facts import AgentRunFacts
+from eu_audit.blackbox.forensics import DiskReport, attach_disks
 from eu_audit.blackbox.options import CONTROL_TENANT, METHODS, AgentRecordOptions
 from eu_audit.blackbox.residue import context_residue, store_residue
 from eu_audit.blackbox.serve_control import ServeControl
@@ -109,6 +110,7 @@ def run_tenant(
     world: World,
     tenant: str,
     fed: list[tuple[float, str]] | None = None,
+    disks: dict[str, DiskReport] | None = None,
 ) -> tuple[SessionTrace, list[SkippedStep]]:
     d = Driver(agent, caps, serve, outbox, ep, opts, f"{sid}/{method}", world, tenant, fed)
     # marked before the agent hears of the tenant: on a lane, this opens it
@@ -147,6 +149,9 @@ def run_tenant(
     elicitations = d.elicit()
     serve.unmark()  # what the agent does after this (its dump, another tenant) is not this tenant's
     dump = d.dump()
+    disk = d.forensics()  # eu-audit's own read of the tenant's files, beside the dump
+    if disk is not None and disks is not None:
+        disks[tenant] = disk
     session = SessionRecord(
         session_id=d.sid,
         episode_id=ep.id,
@@ -306,6 +311,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         for i, ep, method, _ in canonical
     }
     lanes: dict[str, tuple[str, str]] = {}
+    disks: dict[str, DiskReport] = {}  # tenant -> what eu-audit read in its files
     counter = ProgressCounter(len(canonical), progress)
 
     def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
@@ -314,9 +320,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         if lane.lane:
             lanes[lane.lane] = (f"s{i}", method)
         name = names[(i, method)]
-        trace, _ = run_tenant(
-            agent, caps, lane, outbox, ep, opts, f"s{i}", method, world, name, tenants[name].fed
-        )
+        fed = tenants[name].fed
+        trace, _ = run_tenant(agent, caps, lane, outbox, ep, opts, f"s{i}", method, world, name, fed, disks)
         counter.tick(f"s{i} {method} {ep.id}")
         return trace
 
@@ -344,6 +349,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             context_residue(r, entries, trace, digest, serve.url is not None, serve.key, set(tenants))
             for r in trace.residues
         ]
+    by_tenant = {(t.session, t.method): name for name, t in tenants.items()}
+    attach_disks(sessions, disks, by_tenant)
     if serve.url is not None:
         found = find_tampering(
             entries,

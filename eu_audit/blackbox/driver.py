@@ -4,6 +4,7 @@ elicitations, as ``record --agent`` runs them (``eu_audit.blackbox.drive`` runs 
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import time
@@ -21,6 +22,7 @@ from eu_audit.blackbox.contract import (
     ToolSpec,
     Turn,
 )
+from eu_audit.blackbox.forensics import DiskReport, read_files
 from eu_audit.blackbox.options import AgentRecordOptions, Kind
 from eu_audit.blackbox.recheck import at_forget, lacking, recheck, tool_refusal
 from eu_audit.blackbox.residue import snippet, store_residue
@@ -111,6 +113,7 @@ class Driver:
         self.tools = [self._spec(name) for name in ep.tools if name in self.toolset]
         self.tx = Transcript(sid)
         self.matcher = TargetMatcher.of(ep.target.value, ep.target.variants)
+        self.log_from = serve.position() if serve.url and (caps.store_files or opts.store_paths) else 0
         self.after = False
         self.session = ""
 
@@ -351,6 +354,34 @@ class Driver:
             f"episode {self.ep.id}, {self.sid}, {when}dump", lambda: self.agent.dump(self.tenant)
         )
         return dumped
+
+    def files(self) -> list[str]:
+        """The files the agent persists this tenant in: its own list (``files``), else the run's
+        ``--store-path`` globs with ``{tenant}`` filled in; [] when neither names any."""
+        if self.caps.store_files:
+            got = self.call(f"episode {self.ep.id}, {self.sid}, files", lambda: self.agent.files(self.tenant))
+            return list(got.paths)
+        out: list[str] = []
+        for pattern in self.opts.store_paths:
+            filled = pattern.replace("{tenant}", self.tenant)
+            out += sorted(glob.glob(filled)) or [filled]  # a path that matches nothing is named unread
+        return out
+
+    def forensics(self) -> DiskReport | None:
+        """eu-audit's own read of the tenant's files (``forensics``); None when no file is named."""
+        paths = self.files()
+        if not paths:
+            return None
+        entries, _ = self.serve.log(self.log_from) if self.serve.url else ([], "")
+        embedded = [
+            text
+            for e in entries
+            if e.get("endpoint") == "/v1/embeddings" and (e.get("mark") or {}).get("tenant") == self.tenant
+            for text in (e.get("input") or [])
+            if self.matcher.found_in(text)
+        ]
+        embed = self.serve.embed if self.serve.url else None
+        return read_files(paths, self.matcher, embedded=embedded, embed=embed, tenant=self.tenant)
 
     def probe_session(self, what: str) -> tuple[str, Literal["fork", "fresh session"]]:
         if self.caps.fork:

@@ -41,3 +41,6 @@ class AgentRecordOptions:
     #: drive a third tenant per session like the agent's but never send it the forget (``CONTROL_TENANT``):
     #: every rule's and channel's positive control; about half again the run's time
     positive_control: bool = True
+    #: files or globs the agent persists tenants in (``{tenant}`` is each tenant's name), for an agent that
+    #: does not name them itself (``files`` in the contract): eu-audit reads them (``forensics``)
+    store_paths: tuple[str, ...] = ()

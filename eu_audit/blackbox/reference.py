@@ -37,6 +37,7 @@ from eu_audit.blackbox.contract import (
     Message,
     StoredItem,
     StoreDump,
+    StoreFiles,
     ToolSpec,
     Turn,
 )
@@ -304,6 +305,11 @@ class ReferenceAgent:
     def reindex(self, tenant: str) -> None:
         """Not offered: it derives no index from its records (its memory is searched as stored)."""
         raise NotImplementedError("reindex")
+
+    def files(self, tenant: str) -> StoreFiles:
+        """Not offered: it persists nothing to disk (memory, sessions and KV state live in this process),
+        so there is nothing below its dump to read."""
+        raise NotImplementedError("files")
 
     def dump(self, tenant: str) -> StoreDump:
         """The tenant's persistent memory and every session's context (what the agent keeps)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,23 @@ class ServeControl:
         send that tenant's model calls to ``model_base_url``, so calls of tenants driven at the same time
         are told apart by where they arrive."""
         return ServeControl(self.url, self.secret, secrets.token_hex(16), self.numbers)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """serve's own embeddings of ``texts``, asked on a lane of the harness's own, marked "forensics"
+        (no tenant's: the calls count for no tenant and no tamper rule)."""
+        if self.url is None:
+            raise RunFailed("no serve to embed with")
+        lane = ServeControl(self.url, self.secret, secrets.token_hex(16), self.numbers)
+        lane.mark(session="forensics", method="", tenant="", phase="forensics")
+        try:
+            got = request_json(
+                f"{self.url}/lanes/{lane.lane}/v1/embeddings", "POST", {"input": list(texts)}, timeout=120
+            )
+        except HttpFailure as exc:
+            raise RunFailed(f"eu-audit serve at {self.url}: {exc}") from None
+        finally:
+            lane.unmark()
+        return [list(map(float, d["embedding"])) for d in got.get("data", [])]
 
     @property
     def model_base_url(self) -> str | None:

@@ -211,7 +211,7 @@ def audit(
         bundle_path = shard_bundle(bundle_path, Shard.parse(shard))
     # a bad rule, or one naming a method this audit will not measure, is bad input before any model runs
     plan = audit_plan(bundle_path, opts)
-    rules = [*expand_gate_sets(gate_set or [], plan.methods, plan.side), *(gate or [])]
+    rules = [*expand_gate_sets(gate_set or [], plan.methods, plan.side, plan.measurable), *(gate or [])]
     check_rules(rules, plan.methods, plan.suites)
     with progress_bar() as report:
         rep = run_audit(bundle_path, opts, progress=report)

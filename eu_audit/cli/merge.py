@@ -75,7 +75,8 @@ def merge(
     from eu_audit.gate import check_rules, expand_gate_sets, gated_rules
 
     rep = merge_reports(files)
-    rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine)), *(gate or [])]
+    measured = {m for s in rep.states for m, v in s.values.items() if v is not None}
+    rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine), measured), *(gate or [])]
     rules = rules or gated_rules(rep)  # the shards' own, decided on the union
     check_rules(rules, rep.methods, rep.suites)
     apply_gates(rep, rules, (out_path, junit_path, None), on_inconclusive, on_insensitive=on_insensitive)

@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Phase = Literal["stream", "forget", "future", "probe", "sample", "choice", "recheck"]
+#: "forensics": the harness's own calls (embedding z to search an agent's stored vectors), no tenant's
+Phase = Literal["stream", "forget", "future", "probe", "sample", "choice", "recheck", "forensics"]
 
 
 #: completion tokens for a request that names none (no ``max_tokens`` / ``max_completion_tokens``), within

@@ -256,6 +256,12 @@ class ResidueRecord(_Record):
     #: kind -> count, and one example of each
     tamper: dict[str, int] = Field(default_factory=dict)
     tamper_examples: dict[str, str] = Field(default_factory=dict)
+    #: what eu-audit read itself in the files the agent keeps the tenant in (``eu_audit.blackbox.forensics``;
+    #: the first check only): channel (rows, orphans, bytes, vectors) -> count; None where no file was named
+    disk: dict[str, int] | None = None
+    disk_examples: dict[str, str] = Field(default_factory=dict)
+    disk_unread: dict[str, str] = Field(default_factory=dict)  # file -> why it was not measured
+    disk_files: int | None = None  # files read
 
 
 class AgentForgetRecord(_Record):

@@ -1,0 +1,309 @@
+"""Forensics below the API: eu-audit reads the files an agent persists a tenant in, without trusting its
+``dump``.
+
+An agent's dump is its own word. The deletion bugs users report mostly live below it: a cascade that never
+fires (SQLite leaves ``PRAGMA foreign_keys`` off, so ``ON DELETE CASCADE`` is inert and child rows stay),
+rows deleted but physically present (free pages, WAL frames and journals keep them until a checkpoint or
+``VACUUM`` unless ``secure_delete`` is on), a vector twin deleted in one store and not in the other. After
+the forget (and after each recheck) the harness reads every file the agent names (``files`` in the
+contract, or ``record --agent --store-path``) and counts, per tenant, four channels:
+
+- ``rows``: rows of any table, any column, whose text holds z (SQLite databases, read from a copy, WAL
+  applied, so the agent's files are never changed);
+- ``orphans``: rows whose declared parent (a foreign key) is gone: what a cascade should have removed;
+- ``bytes``: places in the raw bytes of every file (main database, ``-wal``, ``-journal``, any other file)
+  that hold z, live or deleted, named by file and page: "logically deleted, physically present";
+- ``vectors``: stored vectors (a BLOB of float32 of the embedder's width) within cosine ``VECTOR_MATCH`` of
+  the embedding of a text holding z that the agent itself embedded through serve's ``/v1/embeddings``
+  (serve logs those inputs), or of z itself: "an embedding of z remains", named by table and row.
+
+A file eu-audit cannot read is "not measured", named, never clean. Every count says where it came from:
+read by eu-audit (these), or reported by the agent's dump (``store_residue``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import sqlite3
+import struct
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eu_audit.matching import TargetMatcher
+from eu_audit.trace.session import SessionTrace
+
+#: the channels eu-audit's own reads give (``store.<name>``, beside the dump's stores)
+DISK_TIERS = ("rows", "orphans", "bytes", "vectors")
+#: cosine similarity at which a stored vector is taken for the embedding of a text holding z (the same
+#: text through the same embedder gives 1.0 up to float rounding; a paraphrase stays well below)
+VECTOR_MATCH = 0.98
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: files larger than this are not read (named as not measured)
+MAX_FILE_BYTES = 512 << 20
+Embed = Callable[[Sequence[str]], list[list[float]]]
+
+
+@dataclass(frozen=True)
+class Found:
+    """One place holding z (or an orphan): its channel, file, where in it, how many, and whether it is the
+    tenant's own (a row naming the tenant) rather than a place any tenant sharing the file could own."""
+
+    tier: str
+    file: str
+    where: str
+    n: int = 1
+    own: bool = False
+
+
+@dataclass
+class DiskReport:
+    """What eu-audit found in one tenant's files, and the files it could not read (with why)."""
+
+    found: list[Found] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
+    unread: dict[str, str] = field(default_factory=dict)
+    tenant: str = ""
+
+    def add(self, tier: str, file: str, where: str, n: int = 1, own: bool = False) -> None:
+        self.found.append(Found(tier, file, where[:300], n, own))
+
+    def counts(
+        self, shared: frozenset[str] | set[str] = frozenset()
+    ) -> tuple[dict[str, int], dict[str, str], dict[str, str]]:
+        """(channel -> count, channel -> one place, file -> why not measured) for this tenant. A file that
+        other tenants of the run keep their data in too (``shared``) counts only rows that name this
+        tenant; its raw bytes cannot be told apart, so its ``bytes`` are not measured there."""
+        counts, examples = dict.fromkeys(DISK_TIERS, 0), dict[str, str]()
+        unread = dict(self.unread)
+        for f in self.found:
+            if f.file in shared and not f.own:
+                if f.tier == "bytes":
+                    unread.setdefault(f.file, "shared with other tenants: its raw bytes cannot be told apart")
+                continue
+            counts[f.tier] += f.n
+            examples.setdefault(f.tier, f"{Path(f.file).name}: {f.where}")
+        return counts, examples, unread
+
+
+def _copy(db: Path, into: Path) -> Path:
+    """The database with its ``-wal`` and ``-journal`` beside it, copied (reading a live WAL database
+    would write its ``-shm``; a copy leaves the agent's files as they were)."""
+    for suffix in ("", "-wal", "-journal"):
+        src = db.with_name(db.name + suffix)
+        if src.exists():
+            shutil.copyfile(src, into / (db.name + suffix))
+    return into / db.name
+
+
+def _text_of(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        with contextlib.suppress(UnicodeDecodeError):
+            return value.decode("utf-8")
+    return None
+
+
+def _vector_of(value: Any, width: int) -> list[float] | None:
+    if not isinstance(value, bytes) or width <= 0 or len(value) != 4 * width:
+        return None
+    vec = list(struct.unpack(f"<{width}f", value))
+    return vec if all(math.isfinite(x) for x in vec) else None
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _tables(con: sqlite3.Connection) -> list[str]:
+    rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    return [str(r[0]) for r in rows]
+
+
+def _names(row: Sequence[Any], tenant: str) -> bool:
+    return bool(tenant) and any(isinstance(v, str) and tenant in v for v in row)
+
+
+def _rows_and_vectors(
+    con: sqlite3.Connection,
+    file: str,
+    matcher: TargetMatcher,
+    targets: list[list[float]],
+    report: DiskReport,
+) -> None:
+    width = len(targets[0]) if targets else 0
+    for table in _tables(con):
+        cur = con.execute(f"SELECT * FROM {_quote(table)}")
+        cols = [d[0] for d in cur.description]
+        for i, row in enumerate(cur):
+            key = next((str(v)[:60] for v in row if isinstance(v, str | int)), f"row {i + 1}")
+            own = _names(row, report.tenant)
+            for col, value in zip(cols, row, strict=True):
+                text = _text_of(value)
+                if text is not None and matcher.found_in(text):
+                    report.add("rows", file, f"{table}.{col} ({key})", own=own)
+                vec = _vector_of(value, width)
+                if vec is not None and any(_cosine(vec, t) >= VECTOR_MATCH for t in targets):
+                    report.add(
+                        "vectors", file, f"{table}.{col} ({key}): an embedding of a text holding z", own=own
+                    )
+
+
+def _orphans(con: sqlite3.Connection, file: str, report: DiskReport) -> None:
+    """Rows whose declared parent row is gone (each foreign key, whatever ``PRAGMA foreign_keys`` says)."""
+    for table in _tables(con):
+        keys: dict[int, list[tuple[str, str, Any]]] = {}
+        for fk in con.execute(f"PRAGMA foreign_key_list({_quote(table)})"):
+            keys.setdefault(int(fk[0]), []).append((str(fk[2]), str(fk[3]), fk[4]))
+        for parts in keys.values():
+            parent = parts[0][0]
+            if parent not in _tables(con):
+                continue
+            to = [p[2] for p in parts]
+            if any(t is None for t in to):  # the parent's primary key
+                pk = [str(r[1]) for r in con.execute(f"PRAGMA table_info({_quote(parent)})") if r[5]]
+                to = pk or ["rowid"]
+            child = [_quote(p[1]) for p in parts]
+            match = " AND ".join(f"p.{_quote(str(t))} = c.{c}" for t, c in zip(to, child, strict=True))
+            present = " AND ".join(f"c.{c} IS NOT NULL" for c in child)
+            sql = (
+                f"SELECT c.* FROM {_quote(table)} c WHERE {present} AND NOT EXISTS "
+                f"(SELECT 1 FROM {_quote(parent)} p WHERE {match})"
+            )
+            gone = con.execute(sql).fetchall()
+            cols = ", ".join(p[1] for p in parts)
+            for own in (True, False):
+                n = sum(_names(r, report.tenant) == own for r in gone)
+                if n:
+                    said = f"{table}({cols}) -> {parent}: {n} row(s) whose parent is gone"
+                    report.add("orphans", file, said, n, own=own)
+
+
+def _bytes(path: Path, file: str, matcher: TargetMatcher, page: int, report: DiskReport) -> None:
+    """z in the raw bytes, as UTF-8 (and UTF-16 for SQLite's other encodings), named by place: a database's
+    page, a WAL's frame (32-byte header, then frames of 24 + page bytes), a journal's byte, a file's byte."""
+    raw = path.read_bytes()
+    needles = {v for v in matcher.variants if v}
+
+    def place(at: int) -> str:
+        if path.name.endswith("-wal") and page:
+            return f"{path.name}, WAL frame {max(0, at - 32) // (page + 24) + 1}"
+        if page and str(path) == file:
+            return f"page {at // page + 1}"
+        return f"{path.name}, byte {at}"
+
+    for text in needles:
+        for form in {text, text.lower(), text.upper(), text.title()}:
+            for enc in ("utf-8", "utf-16-le", "utf-16-be"):
+                pat = form.encode(enc)
+                at = raw.find(pat)
+                while at >= 0:
+                    report.add("bytes", file, place(at))
+                    at = raw.find(pat, at + len(pat))
+
+
+def _page_size(db: Path) -> int:
+    with open(db, "rb") as f:
+        head = f.read(100)
+    size = int.from_bytes(head[16:18], "big") if len(head) >= 18 else 0
+    return 65536 if size == 1 else size
+
+
+def read_files(
+    paths: Iterable[str | Path],
+    matcher: TargetMatcher,
+    *,
+    embedded: Sequence[str] = (),
+    embed: Embed | None = None,
+    tenant: str = "",
+) -> DiskReport:
+    """Every channel of ``DISK_TIERS`` over the files ``paths`` (a directory: every file under it).
+    ``embedded``: the texts holding z that the agent embedded (serve's log); with ``embed`` (serve's own
+    embedder) stored vectors are compared with theirs and z's. ``tenant``: its name, so that a row naming
+    it is known to be its own in a file tenants share."""
+    report = DiskReport(tenant=tenant)
+    files: list[Path] = []
+    for given in paths:
+        p = Path(given)
+        files += sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    targets: list[list[float]] = []
+    if embed is not None:
+        texts = list(dict.fromkeys([*embedded, *matcher.variants]))
+        try:
+            targets = embed(texts) if texts else []
+        except Exception as exc:  # no embedder: the vector channel is not measured, never clean
+            report.unread["(vectors)"] = f"no embedding of z could be made ({type(exc).__name__})"
+    dbs = {f for f in files if _is_sqlite(f)}
+    for db in sorted(dbs):  # a database's WAL and journal hold its recent and its deleted pages too
+        files += [
+            s for s in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-journal")) if s.exists()
+        ]
+    files = list(dict.fromkeys(files))
+    for f in files:
+        try:
+            if not f.is_file():
+                report.unread[str(f)] = "no such file"
+                continue
+            if f.stat().st_size > MAX_FILE_BYTES:
+                report.unread[str(f)] = f"over {MAX_FILE_BYTES >> 20} MiB"
+                continue
+            main = next((d for d in dbs if f.name in (d.name + "-wal", d.name + "-journal")), None)
+            owner = str(main or f)  # a -wal or -journal counts as its database's
+            _bytes(f, owner, matcher, _page_size(main or f) if (f in dbs or main) else 0, report)
+            if f in dbs:
+                with tempfile.TemporaryDirectory(prefix="eu-audit-forensics-") as tmp:
+                    copy = _copy(f, Path(tmp))
+                    con = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+                    try:
+                        _rows_and_vectors(con, str(f), matcher, targets, report)
+                        _orphans(con, str(f), report)
+                    finally:
+                        con.close()
+            report.read.append(str(f))
+        except (OSError, sqlite3.Error) as exc:
+            report.unread[str(f)] = f"{type(exc).__name__}: {exc}"[:200]
+    return report
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def attach_disks(
+    traces: Iterable[SessionTrace], disks: dict[str, DiskReport], names: dict[tuple[str, str], str]
+) -> None:
+    """Keep each tenant's forensic counts on its first check's residue record. A file more than one
+    tenant of the run keeps its data in counts for a tenant only through rows that name it."""
+    listed: dict[str, int] = {}
+    for report in disks.values():
+        for f in {*report.read, *report.unread, *(x.file for x in report.found)}:
+            listed[f] = listed.get(f, 0) + 1
+    shared = {f for f, n in listed.items() if n > 1}
+    for trace in traces:
+        name = names.get((trace.session_id.split("/")[0], trace.session.method or "agent"), "")
+        mine = disks.get(name)
+        if mine is None or not trace.residues:
+            continue
+        counts, examples, unread = mine.counts(shared)
+        update = {
+            "disk": counts,
+            "disk_examples": examples,
+            "disk_unread": unread,
+            "disk_files": len(mine.read),
+        }
+        trace.residues[0] = trace.residues[0].model_copy(update=update)

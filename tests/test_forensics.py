@@ -1,0 +1,112 @@
+"""Forensics below the API: eu-audit reads an agent's files itself, so what its dump leaves out still counts.
+A SQLite-backed agent (``tests/sqlite_agent.py``) whose dump hides the rows that hold z, whose delete
+leaves z's bytes in the WAL and free pages, or whose cascade never fires fails the gate naming the table,
+the file and page, or the orphaned vectors; the same agent deleting with ``secure_delete`` and a checkpoint
+holds. The tiny model over HTTP (serve's embeddings): seconds."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eu_audit.audit import AuditOptions, audit
+from eu_audit.blackbox.drive import AgentRecordOptions, Bounds, record_agent
+from eu_audit.blackbox.forensics import read_files
+from eu_audit.gate import evaluate
+from eu_audit.matching import TargetMatcher
+from eu_audit.runtime.models import TINY_MODEL
+
+from .helpers import cli_server
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    folder = tmp_path_factory.mktemp("serve")
+    control = folder / "serve.control"
+    args = ["serve", "--model", TINY_MODEL, "--engine", "hf", "--log", str(folder / "serve.jsonl")]
+    with cli_server(*args, "--control-file", str(control)) as url:
+        yield url, control
+
+
+def _gate(serve: tuple[str, Path], mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    url, control = serve
+    monkeypatch.setenv("EU_AUDIT_TEST_SERVE", url)
+    out = tmp_path / f"{mode}.jsonl"
+    opts = AgentRecordOptions(
+        agent=f"tests.sqlite_agent:{mode}",
+        serve=url,
+        serve_control=control,
+        suite="builtin",
+        n=1,
+        k=1,
+        out=out,
+        bounds=Bounds(call_s=60),
+    )
+    record_agent(opts)
+    report = audit(out, AuditOptions())
+    rules = ["agent.residue_store==0", "agent.residue_disk==0"] + [
+        f"agent.disk.{t}==0" for t in ("rows", "orphans", "bytes", "vectors")
+    ]
+    got = {g.rule: g for g in evaluate(report, rules)}
+    agent = next(s for s in report.states if s.method == "agent")
+    return {"gates": got, "residue": agent.residue}
+
+
+def test_a_dump_that_hides_the_rows_holding_z_fails_naming_the_table(
+    serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _gate(serve, "hiding", tmp_path, monkeypatch)
+    gates = got["gates"]
+    assert gates["agent.residue_store==0"].outcome == "held"  # the agent's own word: nothing left
+    assert gates["agent.disk.rows==0"].outcome == "failed"  # eu-audit's read: the rows are there
+    assert gates["agent.residue_disk==0"].outcome == "failed"
+    assert (
+        "messages.content" in got["residue"]["disk_example"]
+        or "memories.text" in got["residue"]["disk_example"]
+    )
+
+
+def test_a_delete_without_secure_delete_leaves_z_in_the_files_bytes_and_one_with_it_holds(
+    serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = _gate(serve, "plain", tmp_path, monkeypatch)
+    assert plain["gates"]["agent.disk.rows==0"].outcome == "held"  # the rows are gone
+    assert plain["gates"]["agent.disk.bytes==0"].outcome == "failed"  # their bytes are not
+    where = plain["residue"]["disk_example"]
+    assert ("page" in where or "WAL frame" in where) and ".sqlite" in where, where
+    secure = _gate(serve, "secure", tmp_path, monkeypatch)
+    for rule in (
+        "agent.residue_disk==0",
+        "agent.disk.bytes==0",
+        "agent.disk.rows==0",
+        "agent.disk.vectors==0",
+    ):
+        assert secure["gates"][rule].outcome == "held", (rule, secure["gates"][rule].detail)
+    assert secure["gates"]["agent.residue_disk==0"].outcome == "held"
+
+
+def test_a_cascade_that_never_fires_leaves_orphaned_vectors_of_z(
+    serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _gate(serve, "cascade", tmp_path, monkeypatch)
+    gates = got["gates"]
+    assert gates["agent.disk.orphans==0"].outcome == "failed", gates["agent.disk.orphans==0"].detail
+    assert gates["agent.disk.vectors==0"].outcome == "failed", gates["agent.disk.vectors==0"].detail
+    assert gates["agent.disk.rows==0"].outcome == "held"
+
+
+def test_a_file_that_cannot_be_read_is_not_measured_never_clean(tmp_path: Path) -> None:
+    db = tmp_path / "t.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE notes (text TEXT)")
+    con.execute("INSERT INTO notes VALUES ('lives at 12 Linden Street')")
+    con.commit()
+    con.close()
+    m = TargetMatcher.of("12 Linden Street")
+    report = read_files([db, tmp_path / "missing.sqlite"], m)
+    counts, _, unread = report.counts()
+    assert counts["rows"] == 1 and counts["bytes"] >= 1
+    assert str(tmp_path / "missing.sqlite") in unread
