@@ -97,8 +97,10 @@ def audit_plan(path: str | Path, opts: AuditOptions) -> AuditPlan:
         present = list(dict.fromkeys(s.session.method or "recorded" for s in bundle.sessions))
         kept = (FLOOR, CONTROL) if opts.floor else ()
         planned = [m for m in present if wanted is None or m in wanted or m in kept]
-        disk = any(r.disk is not None for s in bundle.sessions for r in s.residues[:1])
-        measurable = frozenset({"residue_disk"} if disk else ())
+        first = [r for s in bundle.sessions for r in s.residues[:1]]
+        found = {"residue_disk": any(r.disk is not None for r in first)}
+        found["bystander"] = any(r.bystander_lost is not None for r in first)
+        measurable = frozenset(m for m, yes in found.items() if yes)
         return AuditPlan([*planned, SERVING] if opts.serving else planned, suites, side, measurable)
     names = with_floor_and_control(parse_methods(list(opts.methods), bundle.header.engine), opts.floor)
     return AuditPlan([*names, SERVING] if opts.serving else names, suites, side)

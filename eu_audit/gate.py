@@ -108,7 +108,8 @@ GATE_SETS.add(
             "residue_store==0",
         ),
         # eu-audit's own read of the agent's files, where the run named them (files / --store-path)
-        where_measured=("residue_disk==0",),
+        # and no other tenant's memory lost, where the agent can be given some (memory_inject, store_dump)
+        where_measured=("residue_disk==0", "bystander==0"),
     ),
 )
 

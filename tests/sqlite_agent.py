@@ -7,6 +7,8 @@ journaling. It answers without a model (what it keeps is the point). Its forget,
   SQLite's default; Debian builds it on) and no checkpoint: the rows are gone, their bytes stay in the
   WAL and the pages' free space;
 - ``secure``: the same with ``PRAGMA secure_delete = ON`` and a WAL checkpoint (TRUNCATE): nothing left;
+- ``overdelete``: deletes every tenant's database, not only the forgetting one's (mem0#3746's
+  ``delete_all`` resetting the whole store);
 - ``cascade``: deletes the memories and trusts ``ON DELETE CASCADE`` for their vectors, with
   ``PRAGMA foreign_keys`` off (SQLite's default, as in langgraph#8757): the vectors stay, orphaned.
 
@@ -109,6 +111,10 @@ class SqliteAgent:
 
     def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
         m = TargetMatcher.of(request.target, request.variants)
+        if self.mode == "overdelete":  # "delete all": every tenant's database, not only this one's
+            for db in self.root.glob("*.sqlite*"):
+                db.unlink(missing_ok=True)
+            return ForgetReceipt(status="ok", detail="deleted all")
         if self.mode == "hiding":
             return ForgetReceipt(status="ok", detail="(hidden from the dump)")
         con = self._db(tenant)
@@ -180,3 +186,7 @@ def secure() -> SqliteAgent:
 
 def cascade() -> SqliteAgent:
     return SqliteAgent("cascade")
+
+
+def overdelete() -> SqliteAgent:
+    return SqliteAgent("overdelete")

@@ -47,12 +47,14 @@ def _gate(serve: tuple[str, Path], mode: str, tmp_path: Path, monkeypatch: pytes
     )
     record_agent(opts)
     report = audit(out, AuditOptions())
-    rules = ["agent.residue_store==0", "agent.residue_disk==0"] + [
+    rules = ["agent.residue_store==0", "agent.residue_disk==0", "agent.bystander==0"] + [
         f"agent.disk.{t}==0" for t in ("rows", "orphans", "bytes", "vectors")
     ]
     got = {g.rule: g for g in evaluate(report, rules)}
     agent = next(s for s in report.states if s.method == "agent")
-    return {"gates": got, "residue": agent.residue}
+    from eu_audit.audits.output import summary_lines
+
+    return {"gates": got, "residue": agent.residue, "summary": "\n".join(summary_lines(report))}
 
 
 def test_a_dump_that_hides_the_rows_holding_z_fails_naming_the_table(
@@ -110,3 +112,34 @@ def test_a_file_that_cannot_be_read_is_not_measured_never_clean(tmp_path: Path) 
     counts, _, unread = report.counts()
     assert counts["rows"] == 1 and counts["bytes"] >= 1
     assert str(tmp_path / "missing.sqlite") in unread
+
+
+def test_a_forget_that_wipes_other_tenants_fails_the_bystander_gate_and_a_careful_one_keeps_them(
+    serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wiped = _gate(serve, "overdelete", tmp_path, monkeypatch)
+    assert wiped["gates"]["agent.bystander==0"].outcome == "failed", wiped["gates"][
+        "agent.bystander==0"
+    ].detail
+    assert "lost another tenant's memories" in wiped["summary"], wiped["summary"]
+    careful = _gate(serve, "secure", tmp_path, monkeypatch)
+    assert careful["gates"]["agent.bystander==0"].outcome == "held"
+    assert "a bystander tenant kept every memory" in careful["summary"]
+
+
+def test_a_forget_that_changes_nothing_is_reported_as_a_no_op(
+    serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eu_audit.audits.output import summary_lines
+
+    monkeypatch.setenv("EU_AUDIT_TEST_SERVE", serve[0])
+    out = tmp_path / "naive.jsonl"
+    opts = AgentRecordOptions(
+        agent="tests.scripted_agents:naive", serve=serve[0], serve_control=serve[1], suite="builtin",
+        n=1, k=1, out=out, bounds=Bounds(call_s=60),
+    )  # fmt: skip
+    bundle, _ = record_agent(opts)
+    forget = next(s for s in bundle.sessions if s.session.method == "agent").agent_forgets[0]
+    assert forget.changed is False
+    said = "\n".join(summary_lines(audit(out, AuditOptions())))
+    assert "agent: its forget changed nothing its own dump shows (a no-op) in 1 of 1 session(s)" in said, said

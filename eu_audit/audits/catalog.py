@@ -84,6 +84,17 @@ def _residue_disk(ev: Evidence) -> float | NotMeasured:
     return 0.0
 
 
+def _bystander(ev: Evidence) -> float | NotMeasured | None:
+    r = ev.residue
+    if r is None:
+        return None
+    if r.bystander_lost is None:
+        return NotMeasured(
+            "not measured: the agent lacks memory_inject or store_dump (a bystander needs both)"
+        )
+    return float(r.bystander_lost)
+
+
 def _agreement(p: FloorPair) -> float | NotMeasured | None:
     value = token_agreement(p.state.sample_ids, p.floor.sample_ids)
     if value is None and p.state.samples:
@@ -228,6 +239,20 @@ metric(
         observation=True,
         shows="keeps",
         control=True,
+    )
+)
+metric(
+    Metric(
+        "bystander",
+        "bystander lost",
+        "low",
+        False,
+        "memories of another tenant the forget lost (an over-deleting forget; eu_audit.blackbox.bystander)",
+        1,
+        True,
+        True,
+        compute=_bystander,
+        sides=BLACK,
     )
 )
 # Table 2: actions, utility, cost

@@ -58,6 +58,9 @@ class StateAudit(BaseModel):
     #: sha256 of the state itself (the cache's token ids and the memory store): equal digests are the
     #: same state, which on an exact engine decides a floor rule by equality (``eu_audit.verdict``)
     state_digest: str | None = None
+    #: a black-box agent's forget: did the dump right after it differ from the one right before (False: a
+    #: no-op; None: no dump, or not its own forget)
+    forget_changed: bool | None = None
 
 
 class Cell(BaseModel):

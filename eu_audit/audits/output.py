@@ -186,7 +186,7 @@ def summary_lines(report: AuditReport) -> list[str]:
         f"k={report.k} samples at T={report.temperature}; margin {report.margin}."
     ]
     lines += [f"{text}: {', '.join(groups[g])}." for g, text in GROUP_SENTENCES if groups.get(g)]
-    lines += tamper_lines(report)
+    lines += tamper_lines(report) + forget_lines(report)
     hint = report.engine_facts.get("forget_hint")
     if hint:
         lines.append(f"The forget was sent the flagged observation's {hint}.")
@@ -205,6 +205,31 @@ def summary_lines(report: AuditReport) -> list[str]:
     for method, m, why in unmeasured:
         lines.append(f"{method}.{m}: {why}.")
     return lines + _serving_lines(report) + _cost_lines(report)
+
+
+def forget_lines(report: AuditReport) -> list[str]:
+    """A forget that changed nothing its dump shows (a no-op), and one that lost another tenant's memories
+    (``eu_audit.blackbox.bystander``), each in its own words."""
+    out = []
+    for method in report.methods:
+        mine = [s for s in report.states if s.method == method]
+        judged = [s for s in mine if s.forget_changed is not None]
+        noop = [s for s in judged if not s.forget_changed]
+        if noop:
+            out.append(
+                f"{method}: its forget changed nothing its own dump shows (a no-op) in {len(noop)} of "
+                f"{len(judged)} session(s)."
+            )
+        watched = [s.residue["bystander"] for s in mine if "bystander" in s.residue]
+        lost = [b for b in watched if b["lost"]]
+        if lost:
+            out.append(
+                f"{method}: its forget lost another tenant's memories (a bystander's) in {len(lost)} of "
+                f"{len(watched)} session(s), e.g. '{lost[0]['example']}'."
+            )
+        elif watched:
+            out.append(f"{method}: a bystander tenant kept every memory in all {len(watched)} session(s).")
+    return out
 
 
 def tamper_lines(report: AuditReport) -> list[str]:

@@ -43,6 +43,8 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
         st.reply_example = f"[turn {said[0].turn}, {said[0].type.value}] {snippet(said[0].text, m)}"
     # the rules read every check (a forget that comes back fails them); the channel rows of the prompts
     # and the dump are the checks right after the forget, and each recheck has a row of its own
+    if trace.agent_forgets and trace.agent_forgets[0].changed is not None:
+        st.forget_changed = trace.agent_forgets[0].changed
     score(st, Evidence("black", trace, m, art, st.probes, st.samples, st.choices, combined(trace.residues)))
     if trace.residues:
         first = trace.residues[0]
@@ -54,6 +56,12 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
         }
         if first.stores is not None:  # None: no dump, or a bundle from before the field (names unknown)
             st.residue["stores"] = first.stores
+        if first.bystander_lost is not None:
+            st.residue["bystander"] = {
+                "records": first.bystander_records,
+                "lost": first.bystander_lost,
+                "example": first.bystander_example,
+            }
         if first.disk is not None:  # eu-audit's own read of the agent's files (``forensics``)
             st.residue["disk_tiers"] = first.disk
             # the most specific place first: a live row, an orphan, a vector, then raw bytes

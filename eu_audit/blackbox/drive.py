@@ -27,6 +27,7 @@ read ``agent.leak_probes<=floor``.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import shutil
 import time
@@ -36,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from eu_audit import __version__
+from eu_audit.blackbox import bystander as bystander_tenant
 from eu_audit.blackbox.adapter import AgentFailed, AgentUnderTest, Bounds, open_agent
+from eu_audit.blackbox.bystander import Kept
 from eu_audit.blackbox.contract import (
     Capabilities,
     ForgetHint,
@@ -121,27 +124,9 @@ def run_tenant(
         d.step(t, step)
     forgets: list[AgentForgetRecord] = []
     at_once: list[ResidueRecord] = []
+    by: Kept | None = None
     if method == "agent":
-        request = ForgetRequest(
-            target=ep.target.value, variants=ep.target.variants, hint=_hint(ep, d.observed, opts.hint)
-        )
-        t0 = time.perf_counter()
-        got = d.call(f"episode {ep.id}, {d.sid}, forget", lambda: agent.forget(tenant, request))
-        forgets.append(
-            AgentForgetRecord(
-                session_id=d.sid,
-                status=got.status,
-                detail=got.detail,
-                receipt=got.receipt,
-                wall_s=round(time.perf_counter() - t0, 3),
-            )
-        )
-        if got.status in ("unsupported", "error"):
-            raise AgentFailed(
-                f"episode {ep.id}, {d.sid}, forget: the agent answered {got.status}: {got.detail}"
-            )
-        # before any later turn can evict what the forget left (--recheck at-once)
-        at_once = d.rechecks(method, TargetMatcher.of(ep.target.value, ep.target.variants), at_once=True)
+        forgets, at_once, by = _forget(d, agent, caps, tenant, ep, opts)
     d.after = True
     serve.mark(session=d.sid, method=method, tenant=tenant, phase="future")
     for t, step in future:
@@ -170,9 +155,56 @@ def run_tenant(
     trace.elicitations = elicitations
     trace.agent_forgets = forgets
     trace.residues = [store_residue(d.sid, dump, trace.matcher())]
+    if by is not None:
+        update = {"bystander_records": by.records, "bystander_lost": by.lost, "bystander_example": by.example}
+        trace.residues[0] = trace.residues[0].model_copy(update=update)
     if method == "agent":  # forgets that come back: the reference never held z, nothing to recheck
         trace.residues += at_once + d.rechecks(method, trace.matcher())
     return trace, d.tx.skipped
+
+
+def _forget(
+    d: Driver, agent: AgentUnderTest, caps: Capabilities, tenant: str, ep: Episode, opts: AgentRecordOptions
+) -> tuple[list[AgentForgetRecord], list[ResidueRecord], Kept | None]:
+    """The agent's own forget, with what must not change around it: a bystander tenant given memories of
+    its own just before (still all there after?), and the dump right before and right after (a no-op?)."""
+    request = ForgetRequest(
+        target=ep.target.value, variants=ep.target.variants, hint=_hint(ep, d.observed, opts.hint)
+    )
+    watching = caps.memory_inject and caps.store_dump
+    bystander = bystander_tenant.new_name()
+    if watching:
+        d.call(f"episode {ep.id}, {d.sid}, bystander reset", lambda: agent.reset(bystander))
+        d.call(
+            f"episode {ep.id}, {d.sid}, bystander start",
+            lambda: d.agent.start(bystander, seed=opts.seed, tools=d.tools, **d.lane),
+        )
+        for rec in bystander_tenant.memories():
+            inject = functools.partial(d.agent.inject_memory, bystander, rec)
+            d.call(f"episode {ep.id}, {d.sid}, bystander memory", inject)
+    before = d.dump("before the forget, ")
+    t0 = time.perf_counter()
+    got = d.call(f"episode {ep.id}, {d.sid}, forget", lambda: agent.forget(tenant, request))
+    wall = round(time.perf_counter() - t0, 3)
+    if got.status in ("unsupported", "error"):
+        raise AgentFailed(f"episode {ep.id}, {d.sid}, forget: the agent answered {got.status}: {got.detail}")
+    after = d.dump("right after the forget, ") if before is not None else None
+    forget = AgentForgetRecord(
+        session_id=d.sid,
+        status=got.status,
+        detail=got.detail,
+        receipt=got.receipt,
+        wall_s=wall,
+        changed=None if before is None or after is None else bystander_tenant.changed(before, after),
+    )
+    by = None
+    if watching:
+        dumped = d.call(f"episode {ep.id}, {d.sid}, bystander dump", lambda: agent.dump(bystander))
+        by = bystander_tenant.kept(dumped)
+        d.call(f"episode {ep.id}, {d.sid}, bystander reset", lambda: agent.reset(bystander))
+    # before any later turn can evict what the forget left (--recheck at-once)
+    at_once = d.rechecks("agent", TargetMatcher.of(ep.target.value, ep.target.variants), at_once=True)
+    return [forget], at_once, by
 
 
 def _drive_all(

@@ -262,6 +262,11 @@ class ResidueRecord(_Record):
     disk_examples: dict[str, str] = Field(default_factory=dict)
     disk_unread: dict[str, str] = Field(default_factory=dict)  # file -> why it was not measured
     disk_files: int | None = None  # files read
+    #: the bystander tenant's memories (``eu_audit.blackbox.bystander``) and how many of them the agent's
+    #: forget lost (None: not measured: the agent lacks memory_inject or store_dump)
+    bystander_records: int | None = None
+    bystander_lost: int | None = None
+    bystander_example: str = ""
 
 
 class AgentForgetRecord(_Record):
@@ -273,3 +278,6 @@ class AgentForgetRecord(_Record):
     detail: str = ""
     receipt: dict[str, Any] = Field(default_factory=dict)
     wall_s: float | None = None
+    #: whether the dump right after the forget differs from the one right before (False: a no-op; None:
+    #: the agent offers no dump, or a bundle from before the field)
+    changed: bool | None = None
