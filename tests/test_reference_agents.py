@@ -7,6 +7,7 @@ contract, is tests/test_blackbox.py.)"""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,8 @@ def reference_agent(name: str, serve: str, data: Path) -> object:
 
 def test_no_example_is_imported_by_eu_audit_and_no_agent_imports_eu_audit() -> None:
     package = Path(__file__).resolve().parent.parent / "eu_audit"
-    assert not [p for p in package.rglob("*.py") if "examples" in p.read_text()]
+    imports = re.compile(r"^\s*(from|import)\s+examples\b|['\"]examples[./]agents", re.M)
+    assert not [p for p in package.rglob("*.py") if imports.search(p.read_text())]
     for agent in EXAMPLES.glob("*/agent.py"):
         assert "eu_audit" not in agent.read_text(), agent
 

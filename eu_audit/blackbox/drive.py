@@ -311,16 +311,16 @@ def _header(
     )
 
 
+def _episodes(opts: AgentRecordOptions) -> list[Episode]:
+    refs = [ref.strip() for ref in opts.suite.split(",") if ref.strip()]
+    return [ep for ref in refs for ep in pick_episodes(load_suite(ref), opts.n)]
+
+
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
     out = Path(opts.out)
     if out.exists() and not opts.force:
         raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
-    episodes = [
-        ep
-        for ref in opts.suite.split(",")
-        if ref.strip()
-        for ep in pick_episodes(load_suite(ref.strip()), opts.n)
-    ]
+    episodes = _episodes(opts)
     chosen = opts.shard.select(episodes) if opts.shard else list(enumerate(episodes))
     if not chosen:
         raise BadInput(f"--shard {opts.shard}: no session of the {len(episodes)} falls in this shard")

@@ -23,7 +23,6 @@ read by eu-audit (these), or reported by the agent's dump (``store_residue``).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import shutil
 import sqlite3
@@ -77,16 +76,22 @@ class DiskReport:
     ) -> tuple[dict[str, int], dict[str, str], dict[str, str]]:
         """(channel -> count, channel -> one place, file -> why not measured) for this tenant. A file that
         other tenants of the run keep their data in too (``shared``) counts only rows that name this
-        tenant; its raw bytes cannot be told apart, so its ``bytes`` are not measured there."""
+        tenant; its raw bytes cannot be told apart, so z there is said (the example), never counted."""
         counts, examples = dict.fromkeys(DISK_TIERS, 0), dict[str, str]()
         unread = dict(self.unread)
+        unattributed: list[str] = []
         for f in self.found:
             if f.file in shared and not f.own:
-                if f.tier == "bytes":
-                    unread.setdefault(f.file, "shared with other tenants: its raw bytes cannot be told apart")
+                if f.tier == "bytes" and Path(f.file).name not in unattributed:
+                    unattributed.append(Path(f.file).name)
                 continue
             counts[f.tier] += f.n
             examples.setdefault(f.tier, f"{Path(f.file).name}: {f.where}")
+        if unattributed and not counts["bytes"]:  # said, not counted: no tenant can be held to them
+            examples["bytes"] = (
+                f"not attributed: z in the raw bytes of {', '.join(unattributed)}, which other tenants of "
+                "the run share"
+            )
         return counts, examples, unread
 
 
@@ -101,11 +106,12 @@ def _copy(db: Path, into: Path) -> Path:
 
 
 def _text_of(value: Any) -> str | None:
+    """A cell's text: a string, or a BLOB's bytes read as UTF-8 (serialized records, msgpack and JSON
+    blobs keep their strings as UTF-8 runs among other bytes)."""
     if isinstance(value, str):
         return value
     if isinstance(value, bytes):
-        with contextlib.suppress(UnicodeDecodeError):
-            return value.decode("utf-8")
+        return value.decode("utf-8", errors="replace")
     return None
 
 

@@ -88,7 +88,7 @@ def _norm(text: str) -> str:
 
 
 class LangGraphAgent:
-    def __init__(self, data: Path, model: str, forget: str = "store") -> None:
+    def __init__(self, data: Path, model: str, forget: str = "store", index: bool = False) -> None:
         data.mkdir(parents=True, exist_ok=True)
         self.forget_mode = forget
         self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
@@ -97,8 +97,12 @@ class LangGraphAgent:
         self.model = model
         self.checkpointer = SqliteSaver(sqlite3.connect(data / "checkpoints.sqlite", check_same_thread=False))
         # autocommit, as SqliteStore.from_conn_string opens it: the store runs its own BEGIN/COMMIT
+        # --index: a semantic index over the memories, embedded through the model server's /v1/embeddings
+        # (store_vectors, beside the store's own rows: langgraph#8757 is about what delete leaves there)
+        embedding = {"dims": 384, "embed": self._embed, "fields": ["text"]} if index else None
         self.store = SqliteStore(
-            sqlite3.connect(data / "store.sqlite", check_same_thread=False, isolation_level=None)
+            sqlite3.connect(data / "store.sqlite", check_same_thread=False, isolation_level=None),
+            index=embedding,  # type: ignore[arg-type]
         )
         self.store.setup()
         self.data = data
@@ -120,6 +124,14 @@ class LangGraphAgent:
             if base not in self.clients:
                 self.clients[base] = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
             return self.clients[base]
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        got = self.client("").embeddings.create(model=self.model, input=texts)
+        return [list(d.embedding) for d in got.data]
+
+    def files(self, tenant: str) -> dict[str, Any]:
+        """Where this agent persists every tenant: the store (and its vectors) and the checkpointer."""
+        return {"paths": [str((self.data / n).resolve()) for n in ("store.sqlite", "checkpoints.sqlite")]}
 
     def sessions_file(self, tenant: str) -> Path:
         return self.data / "sessions" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) + ".json")
@@ -214,7 +226,7 @@ class LangGraphAgent:
     def start(self, body: StartSession) -> dict[str, Any]:
         if body.model_base_url:
             self.bases[body.tenant] = body.model_base_url
-        sid = uuid.uuid4().hex[:12]
+        sid = f"{body.tenant}-{uuid.uuid4().hex[:12]}"  # a thread id naming its tenant (rows tell whose)
         with self.meta:
             self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools}
         self.save_sessions(body.tenant)
@@ -343,7 +355,8 @@ def create_app(agent: LangGraphAgent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "langgraph-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True}  # fmt: skip
+                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True,
+                "store_files": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -354,6 +367,7 @@ def create_app(agent: LangGraphAgent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
     app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
+    app.get(p + "/tenants/{tenant}/files")(locked(agent.files))
     return app
 
 
@@ -368,9 +382,14 @@ def main() -> None:
         default="store",
         help="store: BaseStore.delete of the items that carry the target; none: delete nothing (B0)",
     )
+    ap.add_argument(
+        "--index",
+        action="store_true",
+        help="index the memories semantically (SqliteStore's index, embedded through the model server)",
+    )
     args = ap.parse_args()
     uvicorn.run(
-        create_app(LangGraphAgent(args.data, args.model, forget=args.forget)),
+        create_app(LangGraphAgent(args.data, args.model, forget=args.forget, index=args.index)),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",
