@@ -86,7 +86,7 @@ def _residue_disk(ev: Evidence) -> float | NotMeasured:
 
 def _bystander(ev: Evidence) -> float | NotMeasured | None:
     r = ev.residue
-    if r is None:
+    if r is None or (ev.trace.session.method or "agent") != "agent":  # only the forgetting tenant has one
         return None
     if r.bystander_lost is None:
         return NotMeasured(
