@@ -65,7 +65,7 @@ class SqliteAgent:
             name=f"sqlite-{self.mode}",
             memory_inject=True,
             store_dump=True,
-            store_files=True,
+            store_files=not os.environ.get("SQLITE_AGENT_NO_FILES"),  # bench/forensics_cost.py turns it off
             tenant_model_url=True,
         )
 
