@@ -119,7 +119,7 @@ def audit_section(src: AuditSource, out: Path, findings: bool = False) -> list[s
     path = src.path
     from eu_audit.audits.output import channel_table, summary_lines
 
-    metrics = report_metrics()
+    metrics = [m for m in report_metrics() if not m.when_measured or m.measured_in(rep.states)]
     n = len(src.files)
     merged = f", {n} shard audit{'s merged' if n > 1 else ''}" if src.is_shards else ""
     lines = [f"### audit `{path.name}` ({rep.model}{merged})", "", *summary_lines(rep), ""]

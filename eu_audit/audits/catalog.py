@@ -239,6 +239,7 @@ metric(
         observation=True,
         shows="keeps",
         control=True,
+        when_measured=True,
     )
 )
 metric(
@@ -249,10 +250,11 @@ metric(
         False,
         "memories of another tenant the forget lost (an over-deleting forget; eu_audit.blackbox.bystander)",
         1,
-        True,
+        False,  # no default rule against the floor: the floor has no bystander (gate it: bystander==0)
         True,
         compute=_bystander,
         sides=BLACK,
+        when_measured=True,
     )
 )
 # Table 2: actions, utility, cost

@@ -5,9 +5,9 @@ declared in ``eu_audit.audits.catalog``; ``metric(Metric(...))`` adds one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from eu_audit.registry import Registry
 from eu_audit.trace.records import BLACK_BOX_ENGINE
@@ -58,6 +58,14 @@ class Metric:
     #: measurement could not tell a forget from none (``eu_audit.verdict``: *insensitive*). Cost,
     #: utility and serving-cache metrics measure no z and need none
     control: bool = False
+    #: a report column and a channel row only where some state of the audit measured it (or said why it
+    #: could not): a reading most runs never take (eu-audit's read of an agent's files, a bystander), so a
+    #: report of a run without it is as it was before it existed
+    when_measured: bool = False
+
+    def measured_in(self, states: Iterable[Any]) -> bool:
+        """Whether any of ``states`` (``StateAudit``) carries this metric, measured or not measurable."""
+        return any(self.name in s.values or self.name in s.unmeasured for s in states)
 
     @property
     def bounded(self) -> bool:
