@@ -9,6 +9,7 @@ logits) and verify the source digest while doing so.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -432,16 +433,30 @@ def prepare(spec: ModelSpec, part: Part = "hf") -> Path:
         return src.path
     target = _folder(spec, part)
     pins = pins_for(spec, part)
-    if (target / MARKER).is_file():
+    with _cache_lock(target):  # two processes on one fresh cache: one converts, the other waits for it
+        if (target / MARKER).is_file():
+            verdict = verify_for_load(target, pins)
+            if verdict:
+                return target
+            _say(f"model cache: {verdict.problem}; converting again from the verified source")
+        _make(spec, part, target)
         verdict = verify_for_load(target, pins)
-        if verdict:
-            return target
-        _say(f"model cache: {verdict.problem}; converting again from the verified source")
-    _make(spec, part, target)
-    verdict = verify_for_load(target, pins)
     if not verdict:
         raise RunFailed(f"the model cache does not verify after conversion: {verdict.problem}")
     return target
+
+
+@contextlib.contextmanager
+def _cache_lock(target: Path) -> Iterator[None]:
+    """An exclusive lock on one cache folder (``flock`` on a file beside it), so a process never replaces
+    a folder another is reading or converting (parallel CI shards, test workers on a fresh machine)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _say(message: str) -> None:
