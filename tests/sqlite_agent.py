@@ -55,7 +55,9 @@ class SqliteAgent:
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.serve = os.environ["EU_AUDIT_TEST_SERVE"].rstrip("/")
-        self.root = Path(tempfile.mkdtemp(prefix="sqlite-agent-"))
+        given = os.environ.get("SQLITE_AGENT_ROOT")  # where its databases go (a test's --store-path names it)
+        self.root = Path(given) if given else Path(tempfile.mkdtemp(prefix="sqlite-agent-"))
+        self.root.mkdir(parents=True, exist_ok=True)
         self.url: dict[str, str] = {}
         self.tenant_of: dict[str, str] = {}
         self.ids = count()

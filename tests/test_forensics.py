@@ -143,3 +143,23 @@ def test_a_forget_that_changes_nothing_is_reported_as_a_no_op(
     assert forget.changed is False
     said = "\n".join(summary_lines(audit(out, AuditOptions())))
     assert "agent: its forget changed nothing its own dump shows (a no-op) in 1 of 1 session(s)" in said, said
+
+
+def test_store_path_names_the_files_of_an_agent_that_does_not_and_the_rows_it_hides_still_count(
+    serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """record --agent --store-path '<dir>/{tenant}.sqlite': the same hiding agent, now silent about its
+    files (no 'files' in its capabilities), is read all the same."""
+    root = tmp_path / "agent-data"
+    monkeypatch.setenv("SQLITE_AGENT_ROOT", str(root))
+    monkeypatch.setenv("SQLITE_AGENT_NO_FILES", "1")
+    monkeypatch.setenv("EU_AUDIT_TEST_SERVE", serve[0])
+    out = tmp_path / "b.jsonl"
+    opts = AgentRecordOptions(
+        agent="tests.sqlite_agent:hiding", serve=serve[0], serve_control=serve[1], suite="builtin", n=1,
+        k=1, out=out, bounds=Bounds(call_s=60), store_paths=(str(root / "{tenant}.sqlite"),),
+    )  # fmt: skip
+    record_agent(opts)
+    report = audit(out, AuditOptions())
+    got = {g.rule: g.outcome for g in evaluate(report, ["agent.residue_store==0", "agent.disk.rows==0"])}
+    assert got == {"agent.residue_store==0": "held", "agent.disk.rows==0": "failed"}, got

@@ -153,6 +153,16 @@ RecordPositiveControl = Annotated[
         "held). Costs one more tenant per session, about half again the run's time.",
     ),
 ]
+RecordStorePath = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--store-path",
+        help="With --agent: a file or glob where the agent persists tenants (SQLite, vector stores, JSON), "
+        "'{tenant}' standing for each tenant's name; repeatable. eu-audit reads them itself after each "
+        "tenant's run (rows, orphans, raw bytes, stored vectors: channel disk.*, metric residue_disk), "
+        "for an agent that does not name them through the contract's 'files'.",
+    ),
+]
 RecordRecheck = Annotated[
     str | None,
     typer.Option(
@@ -195,6 +205,7 @@ def record(
     hint: RecordHint = False,
     recheck: RecordRecheck = None,
     positive_control: RecordPositiveControl = True,
+    store_path: RecordStorePath = None,
     force: Force = False,
     shard: ShardOption = None,
 ) -> None:
@@ -223,7 +234,11 @@ def record(
         "--server": server is not None,
         "--ctx": ctx is not None,
     }
-    agent_only = {"--recheck": recheck is not None, "--no-positive-control": not positive_control}
+    agent_only = {
+        "--recheck": recheck is not None,
+        "--no-positive-control": not positive_control,
+        "--store-path": bool(store_path),
+    }
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
         from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
@@ -244,6 +259,7 @@ def record(
             hint=hint,
             recheck=parse_rechecks(recheck),
             positive_control=positive_control,
+            store_paths=tuple(store_path or ()),
             concurrency=concurrency,
             shard=Shard.parse(shard) if shard else None,
             bounds=Bounds(
