@@ -360,7 +360,6 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     try:
         driven = _drive_all(_in_random_order(canonical), drive_one, opts)
         entries, digest = serve.log(start_seq)
-        _, digest = serve.log(0) if start_seq else (entries, digest)
         stray = _unattributed(entries, set(tenants)) if opts.concurrency > 1 else 0
         if stray:
             raise AgentFailed(
