@@ -177,6 +177,15 @@ RecordRecheck = Annotated[
 ]
 
 
+def _agent_only(recheck: str | None, positive_control: bool, store_path: list[str] | None) -> dict[str, bool]:
+    """The options that mean something only with --agent, and whether each was given."""
+    return {
+        "--recheck": recheck is not None,
+        "--no-positive-control": not positive_control,
+        "--store-path": bool(store_path),
+    }
+
+
 @app.command()
 def record(
     suite: RecordSuite = "builtin",
@@ -234,11 +243,7 @@ def record(
         "--server": server is not None,
         "--ctx": ctx is not None,
     }
-    agent_only = {
-        "--recheck": recheck is not None,
-        "--no-positive-control": not positive_control,
-        "--store-path": bool(store_path),
-    }
+    agent_only = _agent_only(recheck, positive_control, store_path)
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
         from eu_audit.blackbox.drive import AgentRecordOptions, Bounds

@@ -29,22 +29,29 @@ upstream), ``routes`` (model and control surfaces), ``app`` (FastAPI + uvicorn, 
 ``chat_segments`` and ``reply_shape`` (tool calls and structured output on a small model).
 """
 
-from eu_audit.serve.app import DEFAULT_PORT, create_app, run_server
-from eu_audit.serve.backend import Backend, Decoding, Refused, open_backend
-from eu_audit.serve.log import RequestLog
-from eu_audit.serve.routes import Routes
-from eu_audit.serve.surface import Call, runaway
+from typing import Any
 
-__all__ = [
-    "DEFAULT_PORT",
-    "Backend",
-    "Call",
-    "Decoding",
-    "Refused",
-    "RequestLog",
-    "Routes",
-    "create_app",
-    "open_backend",
-    "run_server",
-    "runaway",
-]
+#: what the package offers, and the module each lives in: imported on first use, so that reading the wire
+#: types (``eu_audit.serve.api``, which every CLI start does) does not load FastAPI, uvicorn and the engines
+_WHERE = {
+    "DEFAULT_PORT": "app",
+    "create_app": "app",
+    "run_server": "app",
+    "Backend": "backend",
+    "Decoding": "backend",
+    "Refused": "backend",
+    "open_backend": "backend",
+    "RequestLog": "log",
+    "Routes": "routes",
+    "Call": "surface",
+    "runaway": "surface",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'eu_audit.serve' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"eu_audit.serve.{_WHERE[name]}"), name)
