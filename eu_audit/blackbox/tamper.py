@@ -15,7 +15,8 @@ this module finds them in the log of one run and names each, per session and ten
   tenant's data served to another). serve's log times are compared with the harness's own clock, so both
   run on one machine (or clocks in step: a 2 s slack is allowed);
 - ``reference_z``: a model call of a reference tenant (B5, fed the script without z from its first turn)
-  that carries z, in any phase. The reference was never given z, so either the agent moved z across
+  that carries z, in any phase, before its own model ever wrote z (a guessable file name it wrote
+  itself explains z in its later prompts). The reference was never given z, so either the agent moved z across
   tenants (a leak between users) or sent its own calls down the reference's lane; both make the floor a
   lie.
 
@@ -26,6 +27,7 @@ it is counted on the run's first agent session and said to be unattributed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +121,7 @@ def find_tampering(
     method) that unattributed attempts are counted on."""
     found = Found()
     seen: set[str] = set()
+    wrote_z: dict[str, bool] = {}  # session -> the reference's model has written z itself
 
     def owner(mark: dict[str, Any] | None) -> tuple[str, str] | None:
         if not mark or mark.get("key") != key:
@@ -152,10 +155,16 @@ def find_tampering(
             if t is None:
                 continue
             phase = (mark or {}).get("phase")
-            if t.method == REFERENCE:
+            if t.method == REFERENCE and not wrote_z.get(t.session):
                 tiers, example = tiers_with_z(e, t.matcher)
                 if tiers:
                     found.add((t.session, t.method), "reference_z", f"phase {phase}: {example}")
+            if t.method == REFERENCE and t.matcher.found_in(
+                json.dumps([e.get("reply"), e.get("tool_calls")])
+            ):
+                # the reference's model wrote z itself (a guessable name): from here on z in its prompts
+                # is its own doing, no sign of the agent's
+                wrote_z[t.session] = True
             quoted = t.unfed(e)
             if quoted:
                 found.add((t.session, t.method), "unfed_text", f"phase {phase}: quotes '{quoted[:120]}'")
