@@ -209,3 +209,24 @@ def test_z_in_the_references_calls_is_tampering_unless_its_own_model_wrote_z_fir
     assert found([call("you live at 12 Linden Street")]) == {"reference_z": 1}
     wrote = [call("where do I live?", reply="12 Linden Street?"), call("you said 12 Linden Street")]
     assert found(wrote) == {}
+
+
+def test_a_call_quoting_a_turn_its_tenant_had_not_been_sent_yet_is_tampering() -> None:
+    """A call sent down another tenant's lane carries that other tenant's turns: on this lane, turns the
+    harness had not yet sent its tenant (serve logs the call before the harness sent the turn)."""
+    from eu_audit.blackbox.tamper import Tenant, find_tampering
+    from eu_audit.matching import TargetMatcher
+
+    turn = "Please book the dentist for next Tuesday morning."
+    held = Tenant("s0", "b0", TargetMatcher.of("12 Linden Street"), fed=[(100.0, "Hi"), (200.0, turn)])
+
+    def at(logged: float) -> dict:
+        mark = {"key": "k", "tenant": "t0", "session": "s0/b0", "phase": "stream"}
+        msgs = [{"role": "user", "content": turn}]
+        entry = {"endpoint": "/v1/chat/completions", "status": 200, "mark": mark, "messages": msgs}
+        got = find_tampering([{**entry, "time": logged}], key="k", sent=set(), tenants={"t0": held},
+                             lanes={}, first=("s0", "agent"))  # fmt: skip
+        return got.counts.get(("s0", "b0"), {})
+
+    assert at(150.0) == {"unfed_text": 1}  # logged before the harness sent it the turn
+    assert at(250.0) == {}  # after: an honest call

@@ -168,13 +168,14 @@ def _rows_and_vectors(
 
 def _orphans(con: sqlite3.Connection, file: str, report: DiskReport) -> None:
     """Rows whose declared parent row is gone (each foreign key, whatever ``PRAGMA foreign_keys`` says)."""
-    for table in _tables(con):
+    tables = _tables(con)
+    for table in tables:
         keys: dict[int, list[tuple[str, str, Any]]] = {}
         for fk in con.execute(f"PRAGMA foreign_key_list({_quote(table)})"):
             keys.setdefault(int(fk[0]), []).append((str(fk[2]), str(fk[3]), fk[4]))
         for parts in keys.values():
             parent = parts[0][0]
-            if parent not in _tables(con):
+            if parent not in tables:
                 continue
             to = [p[2] for p in parts]
             if any(t is None for t in to):  # the parent's primary key

@@ -64,16 +64,22 @@ class Tenant:
     matcher: TargetMatcher
     #: (harness time, text) of every message, tool result and memory record the harness sent it
     fed: list[tuple[float, str]] = field(default_factory=list)
+    _first: dict[str, float] | None = field(default=None, repr=False)
+
+    def first_sent(self) -> dict[str, float]:
+        """Each text long enough to tell, and when the harness first sent it (built once, after the run)."""
+        if self._first is None:
+            self._first = {}
+            for when, text in self.fed:
+                if len(text) >= QUOTED_CHARS:
+                    self._first.setdefault(text, when)
+        return self._first
 
     def unfed(self, entry: dict[str, Any]) -> str:
         """A text of this tenant's script that ``entry`` (a call logged at its end) quotes, though the
         harness sent it to this tenant only after the call: "" when there is none."""
-        first: dict[str, float] = {}
-        for when, text in self.fed:
-            if len(text) >= QUOTED_CHARS:
-                first.setdefault(text, when)
         logged = float(entry.get("time", 0.0))
-        late = [text for text, when in first.items() if when > logged + CLOCK_SLACK_S]
+        late = [text for text, when in self.first_sent().items() if when > logged + CLOCK_SLACK_S]
         if not late:
             return ""
         prompt = "\n".join(text for _, text in prompt_parts(entry))
@@ -91,9 +97,6 @@ class Found:
         self.counts.setdefault(where, {}).setdefault(kind, 0)
         self.counts[where][kind] += 1
         self.examples.setdefault(where, {}).setdefault(kind, example[:300])
-
-    def total(self) -> int:
-        return sum(sum(c.values()) for c in self.counts.values())
 
     def attach(self, traces: Iterable[SessionTrace]) -> None:
         """Keep each tenant's attempts on its first check's residue record (where merge and audit read
