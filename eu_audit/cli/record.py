@@ -325,7 +325,8 @@ def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: 
     given = [name for name, on in agent_only.items() if on]
     if given:
         raise BadInput(
-            f"{', '.join(given)}: only with --agent (a white-box run's state is replayed, not rechecked)"
+            f"{', '.join(given)}: only with --agent (they drive or read an agent under test; a white-box "
+            "run's state is eu-audit's own, replayed)"
         )
 
 
