@@ -197,9 +197,10 @@ def _verdict_lines(rep: AuditReport) -> list[str]:
     return [*lines, ""]
 
 
-def _rates_plot(rep: AuditReport, path: Path, out: Path) -> list[str]:
+def rates_figure(rep: AuditReport) -> tuple[Any, str] | None:
     """The 0..1 rates of the pooled cells (every suite when there is one), one group per metric, one bar
-    per method, the floor's bar hatched: what the tables say, at a glance."""
+    per method, the floor's bar hatched: what the tables say, at a glance. The figure and its caption;
+    None when the audit has no rate to draw. The Markdown report saves it as PNG, ``view`` as SVG."""
     suite = shown_suites(rep)[-1]
     cells = {m: c for m in row_order(rep) if (c := rep.cell(m, suite)) is not None}
     metrics = [
@@ -208,7 +209,7 @@ def _rates_plot(rep: AuditReport, path: Path, out: Path) -> list[str]:
         if m.fmt == "rate" and any(c.values.get(m.name) is not None for c in cells.values())
     ]
     if not cells or not metrics:
-        return []
+        return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(5.5, 1.1 * len(metrics) + 2), 3.4))
     width = 0.8 / len(cells)
@@ -231,10 +232,18 @@ def _rates_plot(rep: AuditReport, path: Path, out: Path) -> list[str]:
     ax.set_title(f"{suite} (n = {n} per method), {rep.model}; unmeasured rates drawn as 0", fontsize=9)
     ax.legend(fontsize=7, ncol=min(4, len(cells)))
     fig.tight_layout()
+    return fig, f"rates per method, {suite}"
+
+
+def _rates_plot(rep: AuditReport, path: Path, out: Path) -> list[str]:
+    got = rates_figure(rep)
+    if got is None:
+        return []
+    fig, caption = got
     png = out / f"rates-{path.stem}.png"
     fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return [f"![rates per method, {suite}]({png.name})", ""]
+    _plt().close(fig)
+    return [f"![{caption}]({png.name})", ""]
 
 
 #: beside report.md: the data it was made from, so ``eu-audit report --rows`` makes it again, byte for byte

@@ -20,6 +20,7 @@ COMMANDS = (
     "matcher",
     "sweep",
     "report",
+    "view",
     "serve",
     "agent",
     "suites",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -79,6 +81,22 @@ AuditJsonPath = Annotated[Path | None, typer.Option("--json", help="Write the re
 AuditJunitPath = Annotated[
     Path | None, typer.Option("--junit", help="Write JUnit XML (method x suite x audit).")
 ]
+AuditSarif = Annotated[
+    Path | None,
+    typer.Option(
+        "--sarif",
+        help="Write SARIF 2.1.0 for code scanning: one result per rule that failed (error) or could not "
+        "decide (warning), naming the channel and the quoted place.",
+    ),
+]
+AuditSummaryMd = Annotated[
+    Path | None,
+    typer.Option(
+        "--summary-md",
+        help="Write a Markdown summary (verdict, one row per rule, where z stayed). Under GitHub Actions it "
+        "is also appended to $GITHUB_STEP_SUMMARY, the job's summary page.",
+    ),
+]
 AuditStatesOut = Annotated[
     Path | None,
     typer.Option(help="Where the post-forget states go (default: <input>.audit-states.jsonl)."),
@@ -139,6 +157,8 @@ def audit(
     gate_set: AuditGateSet = None,
     json_path: AuditJsonPath = None,
     junit_path: AuditJunitPath = None,
+    sarif_path: AuditSarif = None,
+    summary_md: AuditSummaryMd = None,
     states_out: AuditStatesOut = None,
     rows_path: AuditRowsPath = None,
     serving: AuditServing = False,
@@ -184,7 +204,7 @@ def audit(
     for name, value in (("--on-inconclusive", on_inconclusive), ("--on-insensitive", on_insensitive)):
         if value not in ("fail", "pass"):
             raise BadInput(f"{name} must be fail or pass, not {value!r}")
-    for path in (json_path, junit_path, rows_path):
+    for path in (json_path, junit_path, rows_path, sarif_path, summary_md):
         if path is not None:
             check_output_path(path, force=force)  # refused now, not after hours of compute
     if states_out is not None:
@@ -232,6 +252,7 @@ def audit(
         on_insensitive=on_insensitive,
         private=reveal_target,
         receipt=receipt,
+        ci=CiOutputs(sarif_path, summary_md, str(bundle_path)),
     )
 
 
@@ -253,6 +274,34 @@ def _check_attest(
     check_output_path(attest, force=force)
 
 
+@dataclass(frozen=True)
+class CiOutputs:
+    """What CI systems show: SARIF for code scanning, a Markdown job summary (``audits.ci_formats``)."""
+
+    sarif: Path | None = None
+    summary_md: Path | None = None
+    artifact: str = ""  # the file SARIF results point at: the audited bundle
+
+    def write(self, rep: Any, private: bool) -> None:
+        from eu_audit.audits.ci_formats import sarif, summary_markdown
+        from eu_audit.jsonl import atomic_writer
+
+        if self.sarif is not None:
+            with atomic_writer(self.sarif, private=private) as f:
+                f.write(json.dumps(sarif(rep, self.artifact or rep.bundle), indent=1))
+        text = summary_markdown(rep)
+        if self.summary_md is not None:
+            with atomic_writer(self.summary_md, private=private) as f:
+                f.write(text)
+        step = os.environ.get("GITHUB_STEP_SUMMARY")
+        if step and not private:  # GitHub's job page: appended, as every step of the job shares the file
+            try:
+                with open(step, "a", encoding="utf-8") as f:
+                    f.write(text + "\n")
+            except OSError as exc:
+                say(err, f"could not append to $GITHUB_STEP_SUMMARY ({step}): {exc.strerror}")
+
+
 def apply_gates(
     rep: Any,
     rules: list[str],
@@ -262,14 +311,16 @@ def apply_gates(
     on_insensitive: str = "fail",
     private: bool = False,
     receipt: tuple[Path, Path, list[Path], list[str]] | None = None,
+    ci: CiOutputs | None = None,
 ) -> None:
-    """Decide the rules, print and write the report (and its receipt), exit with the verdict's code: one
-    source for the summary, the files and the exit code."""
+    """Decide the rules, print and write the report (and its receipt, SARIF and job summary), exit with
+    the verdict's code: one source for the summary, the files and the exit code."""
     from eu_audit.gate import evaluate, exit_code
 
     rep.gates = evaluate(rep, rules)
     _print_audit(rep)
     _write_audit(rep, *outputs, private=private)
+    (ci or CiOutputs()).write(rep, private)
     if receipt is not None and outputs[0] is not None:
         _write_receipt(rep, outputs[0], *receipt)
     code = exit_code(

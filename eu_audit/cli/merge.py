@@ -13,7 +13,7 @@ from eu_audit.cli.app import (
     out,
     say,
 )
-from eu_audit.cli.audit import AuditGateSet, apply_gates
+from eu_audit.cli.audit import AuditGateSet, AuditSarif, AuditSummaryMd, CiOutputs, apply_gates
 from eu_audit.errors import BadInput
 
 
@@ -29,6 +29,8 @@ def merge(
     ] = None,
     gate_set: AuditGateSet = None,
     junit_path: Annotated[Path | None, typer.Option("--junit", help="With audits: JUnit XML.")] = None,
+    sarif_path: AuditSarif = None,
+    summary_md: AuditSummaryMd = None,
     on_inconclusive: Annotated[str, typer.Option(help="With audits: fail (exit 4) or pass.")] = "fail",
     on_insensitive: Annotated[
         str,
@@ -61,16 +63,17 @@ def merge(
     except OSError as exc:
         raise BadInput(f"cannot read: {exc.strerror}", path=str(files[0])) from None
     if head.startswith(b'{"type":"header"') or head.startswith(b'{"type": "header"'):
-        if gate or gate_set or junit_path is not None:  # never a gate silently left undecided
+        if gate or gate_set or junit_path or sarif_path or summary_md:  # never a gate silently undecided
             raise BadInput(
-                "--gate, --gate-set and --junit decide merged audits; gate merged bundles with "
-                f"`eu-audit audit {out_path} --gate-set ...`"
+                "--gate, --gate-set, --junit, --sarif and --summary-md decide merged audits; gate merged "
+                f"bundles with `eu-audit audit {out_path} --gate-set ...`"
             )
         merged = merge_bundles(files, out_path, force=force)
         say(out, f"wrote {merged} ({len(files)} shards); audit it with: eu-audit audit {merged}")
         return
-    if junit_path is not None:
-        check_output_path(junit_path, force=force)
+    for path in (junit_path, sarif_path, summary_md):
+        if path is not None:
+            check_output_path(path, force=force)
     from eu_audit.audits.metric import side_of
     from eu_audit.gate import check_rules, expand_gate_sets, gated_rules
 
@@ -79,4 +82,11 @@ def merge(
     rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine), measured), *(gate or [])]
     rules = rules or gated_rules(rep)  # the shards' own, decided on the union
     check_rules(rules, rep.methods, rep.suites)
-    apply_gates(rep, rules, (out_path, junit_path, None), on_inconclusive, on_insensitive=on_insensitive)
+    apply_gates(
+        rep,
+        rules,
+        (out_path, junit_path, None),
+        on_inconclusive,
+        on_insensitive=on_insensitive,
+        ci=CiOutputs(sarif_path, summary_md, str(files[0])),
+    )

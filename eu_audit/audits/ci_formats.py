@@ -1,0 +1,154 @@
+"""An audit in the formats CI systems show: SARIF 2.1.0 for code scanning (one result per rule that did not
+hold, naming the channel and the quoted place) and a Markdown job summary (GitHub's
+``$GITHUB_STEP_SUMMARY``): the verdict word, one row per rule, the channels where z stayed.
+
+Both read the same verdicts as the terminal summary and JUnit (``GateResult``), and the same channels
+(``eu_audit.audits.channels``); masked exactly as the audit they come from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eu_audit import __version__
+from eu_audit.audits.model import FLOOR, AuditReport, GateResult
+from eu_audit.sensitivity import CONTROL
+from eu_audit.trace.records import BLACK_BOX_ENGINE
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+INFORMATION_URI = "https://pypi.org/project/eu-audit/"
+#: a rule's outcome -> SARIF level: a failure is an error; a rule that could not decide is a warning
+LEVELS = {"failed": "error", "inconclusive": "warning", "insensitive": "warning"}
+#: a metric's channel row (``eu_audit.audits.channels``): where a failed rule on it shows z
+METRIC_CHANNELS = {
+    "residue_context": "prompts after the forget",
+    "residue_store": "store dump",
+    "residue_disk": "files read by eu-audit (below the dump)",
+    "leak_action": "tool arguments",
+    "leak_probes": "answers to probes",
+    "leak5": "sampled answers",
+    "leak_exact": "replies after the forget",
+}
+
+
+def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:
+    """The channel a rule reads and one place where z was found there (quoted, masked as the audit is),
+    or why there is none; ("", "") for a rule with no channel (cost, utility, a white-box metric)."""
+    from eu_audit.audits.channels import channels
+    from eu_audit.gate import PSEUDO_RULES, parse_rule
+
+    if g.rule in PSEUDO_RULES or rep.engine != BLACK_BOX_ENGINE:
+        return "", ""
+    rule = parse_rule(g.rule)
+    name = rule.metric if "." in rule.metric else METRIC_CHANNELS.get(rule.metric, "")
+    if not name:
+        return "", ""
+    states = [s for s in rep.states if s.method == rule.method and not s.error]
+    floor = {s.session_id: s for s in rep.states if s.method == FLOOR and not s.error} if rep.floor else None
+    control = {s.session_id: s for s in rep.states if s.method == CONTROL and not s.error} or None
+    got = {c.name: c for c in channels(states, floor, control)}
+    # a rule over several prompt tiers (prompt.history) has no row of its own: the row over every tier
+    c = got.get(name) or got.get(METRIC_CHANNELS["residue_context"] if name.startswith("prompt.") else "")
+    if c is None:
+        return name, "no session held z there"
+    place = " ".join((c.example or c.why_unknown).split())
+    return c.name, f"{c.headline} in {c.counts[c.headline]} session(s)" + (f": {place}" if place else "")
+
+
+def sarif(rep: AuditReport, artifact: str) -> dict[str, Any]:
+    """A SARIF 2.1.0 log: one result per rule that failed, was inconclusive or insensitive; ``artifact``
+    is the file each result points at (the audited bundle, or the agent's source), relative to the
+    repository root the CI checks out."""
+    from eu_audit.view.pages import gate_results
+
+    gates = gate_results(rep)
+    rules = [
+        {
+            "id": g.rule,
+            "name": g.rule,
+            "shortDescription": {"text": f"eu-audit rule {g.rule}"},
+            "helpUri": INFORMATION_URI,
+        }
+        for g in gates
+    ]
+    results = []
+    for index, g in enumerate(gates):
+        if g.outcome not in LEVELS:
+            continue
+        channel, place = rule_place(rep, g)
+        where = f" Channel {channel}: {place}." if channel else ""
+        decide = f" n >= {g.n_needed} would decide." if g.n_needed and g.outcome == "inconclusive" else ""
+        result: dict[str, Any] = {
+            "ruleId": g.rule,
+            "ruleIndex": index,
+            "level": LEVELS[g.outcome],
+            "kind": "fail",
+            "message": {"text": f"{g.rule}: {g.outcome} (n = {g.n}; {g.test}).{where}{decide} {g.detail}"},
+            "locations": [
+                {
+                    "physicalLocation": {"artifactLocation": {"uri": artifact}, "region": {"startLine": 1}},
+                    **({"logicalLocations": [{"name": channel, "kind": "resource"}]} if channel else {}),
+                }
+            ],
+            "properties": {"outcome": g.outcome, "n": g.n, "test": g.test, "model": rep.model},
+        }
+        results.append(result)
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": SARIF_VERSION,
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "eu-audit",
+                        "version": rep.tool_version or __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [
+                    {"executionSuccessful": True, "commandLine": rep.command or "eu-audit audit"}
+                ],
+                "results": results,
+            }
+        ],
+    }
+
+
+def summary_markdown(rep: AuditReport) -> str:
+    """A job summary a reader takes in at a glance: one word, one row per rule (outcome, n, what would
+    decide it), the channels where z stayed with one quoted place, and where the details are."""
+    from eu_audit.audits.output import channel_lines, tamper_lines
+    from eu_audit.view.pages import gate_results, overall
+
+    gates = gate_results(rep)
+    word = overall([g.outcome for g in gates])
+    sessions = len({s.session_id for s in rep.states})
+    lines = [
+        f"### eu-audit: **{word}** ({sessions} sessions, {rep.model} on {rep.engine})",
+        "",
+        "| rule | verdict | n | would decide |",
+        "|---|---|---|---|",
+    ]
+    for g in gates:
+        decide = f"n >= {g.n_needed}" if g.n_needed and g.outcome != "held" else ""
+        lines.append(f"| `{g.rule}` | {g.outcome} | {g.n} | {decide} |")
+    lines.append("")
+    for g in gates:
+        if g.outcome in LEVELS:
+            channel, place = rule_place(rep, g)
+            if channel:
+                lines.append(f"- `{g.rule}`: {channel}: {_cell(place)}")
+    extra = [*tamper_lines(rep), *channel_lines(rep)]
+    if extra:
+        lines += ["", "<details><summary>channels and tampering</summary>", ""]
+        lines += [f"- {_cell(line)}" for line in extra]
+        lines += ["", "</details>"]
+    lines += ["", f"Command: `{rep.command or 'not recorded'}`; eu-audit {rep.tool_version}.", ""]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """One line of Markdown: no line breaks, no table pipes, at most 300 characters."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -1,0 +1,338 @@
+"""What one page of ``eu-audit view`` shows, computed from an audit report: the verdict first, the channel
+matrix, the paper's tables, each session's evidence. Plain data for the templates (``eu_audit.view.site``);
+every word and number here is read from the audit, through the same functions the terminal summary, the
+JUnit file and the Markdown report use, so the four never disagree."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eu_audit.audits.metric import TABLE_TITLES, table_metrics
+from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
+from eu_audit.audits.output import fmt, row_order, shown_suites
+from eu_audit.sensitivity import CONTROL
+from eu_audit.trace.records import BLACK_BOX_ENGINE
+
+#: the order in which one word sums up several rules: the worst outcome any rule gave
+OUTCOME_ORDER = ("failed", "inconclusive", "insensitive", "held")
+#: a session's text shown in full up to this many characters (the rest one click away in the JSON)
+QUOTE_CHARS = 400
+
+
+def overall(outcomes: Sequence[str]) -> str:
+    """One word for a set of rule outcomes: the worst of them; "no rules" when nothing was gated."""
+    seen = set(outcomes)
+    return next((o for o in OUTCOME_ORDER if o in seen), "no rules")
+
+
+def short(text: str, limit: int = QUOTE_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass
+class RuleRow:
+    """One rule's verdict as the page's first table shows it."""
+
+    rule: str
+    outcome: str
+    n: int
+    test: str
+    bound: str  # the one-sided p and the bound(s) of the mean difference, where the test has them
+    decide: str  # inconclusive: "n >= N would decide"
+    control: str
+    detail: str
+
+    @classmethod
+    def of(cls, g: GateResult) -> RuleRow:
+        parts = []
+        if g.p is not None:
+            parts.append(f"p = {g.p:.3g}")
+        if g.interval is not None:
+            lo, hi = g.interval
+            if hi is not None:
+                parts.append(f"upper bound {hi:.3g}" + (f", lower {lo:.3g}" if lo is not None else ""))
+        # only an inconclusive rule is decided by more sessions; an insensitive one needs a control that sees z
+        decide = f"n >= {g.n_needed} would decide" if g.n_needed and g.outcome == "inconclusive" else ""
+        return cls(g.rule, g.outcome, g.n, g.test, "; ".join(parts), decide, g.control, g.detail)
+
+
+@dataclass
+class MatrixCell:
+    verdict: str  # a channel verdict (``eu_audit.audits.channels.VERDICTS``)
+    where: str  # the quoted place, or why unknown
+    floor_too: bool  # B5's state of the same session had z there too
+
+
+@dataclass
+class Matrix:
+    """Sessions x channels for one black-box method; each cell one session's verdict on one channel."""
+
+    method: str
+    channels: list[str]
+    headline: list[MatrixCell]  # the verdict over all sessions, per channel
+    rows: list[tuple[str, list[MatrixCell | None]]]  # session id -> one cell per channel (None: no row)
+
+
+@dataclass
+class TableView:
+    """One of the paper's tables: methods as rows, its metrics as columns, a section per suite."""
+
+    title: str
+    columns: list[str]
+    sections: list[tuple[str, int, list[tuple[str, list[str]]]]]  # suite, n, (method, cells)
+
+
+@dataclass
+class StateView:
+    """One method's post-forget state of one session: what each probe answered, where z stayed."""
+
+    method: str
+    error: str | None
+    leaks: list[tuple[str, str]]  # metric -> value, the ones that measured z
+    probes: list[tuple[str, bool, str]]
+    samples: list[str]
+    places: list[tuple[str, str]]  # (where, quoted example or count) for every place z was found
+    forget: str  # what the forget changed (a black-box agent's own forget)
+
+
+@dataclass
+class SessionView:
+    session_id: str
+    episode_id: str
+    suite: str
+    states: list[StateView]
+
+
+@dataclass
+class AuditPage:
+    """Everything ``audit.html`` shows of one audit."""
+
+    slug: str
+    title: str
+    source: str
+    report: AuditReport
+    verdict: str
+    rules: list[RuleRow]
+    tampering: list[tuple[str, str, str, int, str]]
+    matrices: list[Matrix]
+    tables: list[TableView]
+    equality: list[str]
+    sessions: list[SessionView]
+    facts: list[tuple[str, str]]
+    charts: list[tuple[str, str]] = field(default_factory=list)  # (file name, caption)
+
+    @property
+    def n_sessions(self) -> int:
+        return len({s.session_id for s in self.report.states})
+
+
+def gate_results(rep: AuditReport) -> list[GateResult]:
+    """The rules the audit was gated on, or, without any, each method's default rules (as JUnit reads it)."""
+    from eu_audit.gate import default_rules, evaluate
+
+    return list(rep.gates) or evaluate(rep, default_rules(rep))
+
+
+def matrices(rep: AuditReport) -> list[Matrix]:
+    """A black-box audit's channel matrix per method (its agent, and any other method driven from outside):
+    each session's verdict on each channel, from the same reading the summary's channel lines use."""
+    from eu_audit.audits.channels import channels
+
+    if rep.engine != BLACK_BOX_ENGINE:
+        return []
+    floor = _by_session(rep, FLOOR) if rep.floor else None
+    control = _by_session(rep, CONTROL) or None
+    out = []
+    for method in row_order(rep):
+        if method in (FLOOR, CONTROL):
+            continue
+        states = [s for s in rep.states if s.method == method and not s.error]
+        if not states:
+            continue
+        overall_channels = channels(states, floor, control)
+        names = [c.name for c in overall_channels]
+        headline = [
+            MatrixCell(c.headline, _where(c.example or c.why_unknown), c.floor_too > 0)
+            for c in overall_channels
+        ]
+        rows = []
+        for s in states:
+            mine = {c.name: c for c in channels([s], floor, control)}
+            cells = [
+                MatrixCell(c.headline, _where(c.example or c.why_unknown), c.floor_too > 0)
+                if (c := mine.get(name)) is not None
+                else None
+                for name in names
+            ]
+            rows.append((s.session_id, cells))
+        out.append(Matrix(method, names, headline, rows))
+    return out
+
+
+def _where(text: str) -> str:
+    return short(" ".join(text.split()), 240)
+
+
+def _by_session(rep: AuditReport, method: str) -> dict[str, StateAudit]:
+    return {s.session_id: s for s in rep.states if s.method == method and not s.error}
+
+
+def paper_tables(rep: AuditReport) -> list[TableView]:
+    """The audit's tables as the terminal prints them (the paper's Tables 1-3), one section per suite."""
+    out = []
+    for number, title in TABLE_TITLES.items():
+        metrics = [
+            m for m in table_metrics(number) if any(c.values.get(m.name) is not None for c in rep.cells)
+        ]
+        if not metrics:
+            continue
+        sections = []
+        for suite in shown_suites(rep):
+            rows = []
+            for method in row_order(rep):
+                cell = rep.cell(method, suite)
+                if cell is None:
+                    continue
+                name = f"{method} (floor)" if method == FLOOR else method
+                rows.append((name, [fmt(m, cell) for m in metrics]))
+            n = next((c.n for c in rep.cells if c.suite == suite), 0)
+            sections.append((suite, n, rows))
+        out.append(TableView(title, [m.label for m in metrics], sections))
+    return out
+
+
+def equality_lines(rep: AuditReport) -> list[str]:
+    """White-box: in how many sessions each method's state equals B5's (the same cache token ids and
+    memory store, by digest): B7 == B5 token for token is the paper's exactness claim."""
+    floor = {s.session_id: s.state_digest for s in rep.states if s.method == FLOOR and s.state_digest}
+    if not floor:
+        return []
+    lines = []
+    for method in row_order(rep):
+        if method == FLOOR:
+            continue
+        got = [s for s in rep.states if s.method == method and s.state_digest and s.session_id in floor]
+        if got:
+            same = sum(s.state_digest == floor[s.session_id] for s in got)
+            lines.append(
+                f"{method}: state equal to B5's in {same} of {len(got)} sessions (digest of the cache "
+                "token ids and the memory store)"
+            )
+    return lines
+
+
+def session_views(rep: AuditReport) -> list[SessionView]:
+    order = {m: i for i, m in enumerate(row_order(rep))}
+    by: dict[str, list[StateAudit]] = {}
+    for s in rep.states:
+        by.setdefault(s.session_id, []).append(s)
+    out = []
+    for sid, states in by.items():
+        states.sort(key=lambda s: order.get(s.method, len(order)))
+        first = states[0]
+        out.append(SessionView(sid, first.episode_id, first.suite, [_state_view(s) for s in states]))
+    return out
+
+
+#: the metrics whose value says z was measured in a state, shown beside its probes
+LEAK_METRICS = (
+    "leak_probes",
+    "leak5",
+    "leak_any",
+    "leak_exact",
+    "leak_action",
+    "residue_context",
+    "residue_store",
+    "residue_disk",
+    "bystander",
+    "cad",
+)
+
+
+def _state_view(s: StateAudit) -> StateView:
+    leaks = [(m, f"{v:g}") for m in LEAK_METRICS if (v := s.values.get(m)) is not None]
+    probes = [(p.probe, p.leaked, short(p.text)) for p in s.probes]
+    samples = [short(t, 240) for t in s.samples[:3]]
+    forget = (
+        ""
+        if s.forget_changed is None
+        else "its forget changed the dump"
+        if s.forget_changed
+        else "no-op: the dump right after its forget equals the one before"
+    )
+    return StateView(s.method, s.error, leaks, probes, samples, _places(s.residue, s.action_sinks), forget)
+
+
+def _places(residue: dict[str, Any], sinks: dict[str, int]) -> list[tuple[str, str]]:
+    """Every place the audit found z in this state, with the count and the one quoted example."""
+    out: list[tuple[str, str]] = []
+    for key, example, prefix in (
+        ("context_tiers", "context_example", "prompt"),
+        ("store_tiers", "store_example", "store"),
+        ("disk_tiers", "disk_example", "disk"),
+    ):
+        tiers = {k: v for k, v in (residue.get(key) or {}).items() if v}
+        if tiers:
+            counts = ", ".join(f"{prefix}.{k}: {v}" for k, v in tiers.items())
+            out.append((counts, short(str(residue.get(example, "")))))
+    for path, why in (residue.get("disk_unread") or {}).items():
+        out.append((f"not read: {path}", why))
+    by = residue.get("bystander") or {}
+    if by.get("lost"):
+        out.append(
+            (
+                f"bystander: {by['lost']} of {by.get('records', '?')} records lost",
+                short(by.get("example", "")),
+            )
+        )
+    for event, got in (residue.get("after") or {}).items():
+        if "skipped" in got:
+            out.append((f"after {event}: not measured", str(got["skipped"])))
+        elif got.get("held"):
+            out.append(
+                (
+                    f"after {event}: z held" + (" (came back)" if got.get("back") else ""),
+                    short(str(got.get("example", ""))),
+                )
+            )
+    for sink, n in sinks.items():
+        if n:
+            out.append((f"tool.{sink}: {n} call(s) carried z", ""))
+    return out
+
+
+def facts(rep: AuditReport, source: str) -> list[tuple[str, str]]:
+    """Where the audit came from: enough to find and recompute it."""
+    engine = rep.engine + (f" ({rep.engine_facts['library']})" if rep.engine_facts.get("library") else "")
+    model = rep.model + (f" (weights sha256 {rep.model_digest[:12]})" if rep.model_digest else "")
+    return [
+        ("source", source),
+        ("command", rep.command or "not recorded"),
+        ("model", model),
+        ("engine", engine),
+        ("bundle", f"{rep.bundle} (sha256 {', '.join(d[:12] for d in rep.bundle_digest.split(','))})"),
+        ("sampling", f"k = {rep.k} at T = {rep.temperature}, seed {rep.seed}"),
+        ("decision", f"alpha {rep.alpha}, margin {rep.margin}, floor {'B5' if rep.floor else 'none'}"),
+        ("eu-audit", f"{rep.tool_version} (commit {rep.tool_commit or 'not recorded'})"),
+    ]
+
+
+def audit_page(rep: AuditReport, slug: str, title: str, source: str) -> AuditPage:
+    results = gate_results(rep)
+    return AuditPage(
+        slug=slug,
+        title=title,
+        source=source,
+        report=rep,
+        verdict=overall([g.outcome for g in results]),
+        rules=[RuleRow.of(g) for g in results],
+        tampering=[(t.session_id, t.tenant, t.kind, t.count, short(t.example, 240)) for t in rep.tampering],
+        matrices=matrices(rep),
+        tables=paper_tables(rep),
+        equality=equality_lines(rep),
+        sessions=session_views(rep),
+        facts=facts(rep, source),
+    )

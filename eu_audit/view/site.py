@@ -1,0 +1,194 @@
+"""``eu-audit view``: a static HTML site from audit reports. One folder, no server, no script and no
+external fetch (it opens from disk and from a CI artifact); Jinja2 templates with autoescaping, charts as
+SVG files from matplotlib.
+
+What it reads: an audit ``--json`` file; a report folder (``eu-audit report``'s, whose ``rows/report.json``
+names its audits, a folder of shard audits merged as one run); a folder of audits (each one a page, and a
+comparison page with one row per audit); or a folder of report folders. It holds z only where the audit
+does: an audit made with ``--reveal-target`` (its command says so) gives a site of 0600 files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eu_audit.audits.model import AuditReport
+from eu_audit.errors import BadInput
+from eu_audit.view.pages import AuditPage, audit_page, overall
+
+#: written into every site: a folder holding it is a site ``view`` made, and may be replaced
+MARKER = ".eu-audit-view"
+REVEALED = "--reveal-target"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One audit to show: its files (several: one run's shard audits, merged) and its title."""
+
+    label: str
+    files: tuple[Path, ...]
+    title: str
+
+    def read(self) -> AuditReport:
+        from eu_audit.shards import read_audits
+
+        return read_audits(self.files)
+
+
+def _is_audit(path: Path) -> bool:
+    """A ``*.json`` that declares itself an audit report (a report manifest or a sweep's file is not)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b'"eu-audit/audit@1"' in head
+
+
+def _report_folder(folder: Path) -> list[Source]:
+    """An ``eu-audit report`` folder: the audits its manifest names (a folder entry is one run's shards)."""
+    rows = folder / "rows"
+    try:
+        manifest = json.loads((rows / "report.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"not a readable report manifest ({exc})", path=str(rows / "report.json")) from None
+    out = []
+    for name in manifest.get("audits", []):
+        entry = rows / "audits" / name
+        files = sorted(entry.glob("*.json")) if entry.is_dir() else [entry]
+        title = manifest.get("title") or folder.name
+        label = folder.name if len(manifest["audits"]) == 1 else f"{folder.name}/{Path(name).stem}"
+        out.append(Source(label, tuple(files), title))
+    return out
+
+
+def find_sources(paths: Sequence[Path], *, merge: bool = False) -> list[Source]:
+    """Every audit the given paths hold, refused with exit 2 naming the path when one holds none."""
+    out: list[Source] = []
+    for path in paths:
+        if path.is_file():
+            out.append(Source(path.stem, (path,), path.stem))
+            continue
+        if not path.is_dir():
+            raise BadInput("no such file or folder", path=str(path))
+        if (path / "rows" / "report.json").is_file():
+            out += _report_folder(path)
+            continue
+        audits = sorted(p for p in path.glob("*.json") if p.is_file() and _is_audit(p))
+        if audits and merge:
+            out.append(Source(path.name, tuple(audits), path.name))
+            continue
+        if audits:
+            out += [Source(p.stem, (p,), p.stem) for p in audits]
+            continue
+        reports = sorted(d for d in path.iterdir() if (d / "rows" / "report.json").is_file())
+        if not reports:
+            raise BadInput("holds no audit (*.json) and no report folder", path=str(path))
+        for d in reports:
+            out += _report_folder(d)
+    return out
+
+
+def _slug(label: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-") or "audit"
+    slug, i = base, 2
+    while slug in taken:
+        slug, i = f"{base}-{i}", i + 1
+    taken.add(slug)
+    return slug
+
+
+def _check_out(out: Path) -> None:
+    """The site's folder: new, empty, or a site ``view`` made before (never someone's files)."""
+    if out.exists() and not out.is_dir():
+        raise BadInput("exists and is not a folder", path=str(out))
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise BadInput(
+            "is a folder that view did not make; give a new or empty folder (view never writes over "
+            "other files)",
+            path=str(out),
+        )
+
+
+def _environment() -> Any:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("eu_audit.view", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,  # a name the template expects and the page lacks is a bug, not a blank
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["cls"] = lambda word: re.sub(r"[^a-z]+", "-", str(word).lower()).strip("-")
+    return env
+
+
+def _chart(page: AuditPage, out: Path, private: bool) -> None:
+    """The rates chart as SVG, written with no date and a fixed hash salt: the same audit, the same file."""
+    from eu_audit.jsonl import atomic_writer
+    from eu_audit.report import _plt, rates_figure
+
+    got = rates_figure(page.report)
+    if got is None:
+        return
+    import io
+
+    import matplotlib
+
+    fig, caption = got
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "eu-audit", "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    _plt().close(fig)
+    name = f"{page.slug}-rates.svg"
+    with atomic_writer(out / name, private=private) as f:
+        f.write(buf.getvalue())
+    page.charts.append((name, caption))
+
+
+def build_site(paths: Sequence[Path], out: Path, *, merge: bool = False) -> list[Path]:
+    """Write the site: one page per audit and ``index.html`` (the comparison, or the one audit's page when
+    there is one). Returns the files written. Every input is read and checked before anything is written."""
+    from eu_audit.jsonl import atomic_writer
+
+    sources = find_sources(paths, merge=merge)
+    _check_out(out)
+    reports = [(s, s.read()) for s in sources]  # a bad file is refused before any page is written
+    out.mkdir(parents=True, exist_ok=True)
+    private = any(REVEALED in rep.command for _, rep in reports)
+    env = _environment()
+    taken: set[str] = {"index"}
+    pages = [
+        audit_page(rep, _slug(s.label, taken), s.title, ", ".join(map(str, s.files))) for s, rep in reports
+    ]
+    written = []
+    for page in pages:
+        _chart(page, out, private)
+    css = env.get_template("style.css").render()
+    for name, text in [
+        ("style.css", css),
+        *[
+            (f"{p.slug}.html", env.get_template("audit.html.j2").render(page=p, many=len(pages) > 1))
+            for p in pages
+        ],
+        ("index.html", _index(env, pages)),
+    ]:
+        with atomic_writer(out / name, private=private) as f:
+            f.write(text)
+        written.append(out / name)
+    with atomic_writer(out / MARKER, private=False) as f:
+        f.write("a site written by eu-audit view; view may replace this folder's files\n")
+    return [*written, *(out / name for p in pages for name, _ in p.charts)]
+
+
+def _index(env: Any, pages: list[AuditPage]) -> str:
+    if len(pages) == 1:
+        return env.get_template("audit.html.j2").render(page=pages[0], many=False)
+    verdict = overall([p.verdict for p in pages if p.verdict != "no rules"])
+    return env.get_template("index.html.j2").render(pages=pages, verdict=verdict)
