@@ -52,11 +52,14 @@ def audit_into(folder: Path, bundle: Path, *extra: str) -> tuple[int, str]:
     folder.mkdir()
     proc = run_cli(
         "audit", str(bundle), "--json", str(folder / "audit.json"), "--junit", str(folder / "junit.xml"),
-        "--rows", str(folder / "rows.parquet"), "--gate", "agent.residue_store==0", *extra,
+        "--rows", str(folder / "rows.parquet"), "--gate", "agent.residue_store==0",
+        "--sarif", str(folder / "audit.sarif"), "--summary-md", str(folder / "summary.md"), *extra,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr  # the naive forget fails its residue fact
     report = run_cli("report", "--audit", str(folder / "audit.json"), "-o", str(folder / "report"))
     assert report.returncode == 0, report.stderr
+    site = run_cli("view", str(folder / "audit.json"), "-o", str(folder / "site"))
+    assert site.returncode == 0, site.stderr
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -66,7 +69,9 @@ def test_nothing_the_audit_writes_or_prints_holds_the_target_unless_asked(
     zs = variants(bundle)
     _, printed = audit_into(tmp_path / "masked", bundle)
     files = [f for f in (tmp_path / "masked").rglob("*") if f.is_file()]
-    assert {f.name for f in files} >= {"audit.json", "junit.xml", "rows.parquet", "report.md"}
+    assert {f.name for f in files} >= {
+        "audit.json", "junit.xml", "rows.parquet", "report.md", "audit.sarif", "summary.md", "index.html"
+    }  # fmt: skip
     for f in files:
         data = f.read_bytes()
         assert not [z for z in zs if z.encode() in data], f
@@ -79,8 +84,9 @@ def test_nothing_the_audit_writes_or_prints_holds_the_target_unless_asked(
     _, printed = audit_into(tmp_path / "revealed", bundle, "--reveal-target")
     revealed = tmp_path / "revealed"
     assert any(z in (revealed / "audit.json").read_text() for z in zs) and any(z in printed for z in zs)
-    for name in ("audit.json", "junit.xml", "rows.parquet"):
+    for name in ("audit.json", "junit.xml", "rows.parquet", "audit.sarif", "summary.md", "site/index.html"):
         assert (revealed / name).stat().st_mode & 0o777 == 0o600, name
+    assert any(z in (revealed / "site" / "index.html").read_text() for z in zs)  # asked for: shown
 
 
 def test_a_signed_receipt_verifies_and_refuses_a_changed_byte_or_another_bundle(

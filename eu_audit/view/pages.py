@@ -44,9 +44,10 @@ class RuleRow:
     decide: str  # inconclusive: "n >= N would decide"
     control: str
     detail: str
+    was: str = ""  # the outcome the audit file recorded, where today's rules decide it otherwise
 
     @classmethod
-    def of(cls, g: GateResult) -> RuleRow:
+    def of(cls, g: GateResult, was: str = "") -> RuleRow:
         parts = []
         if g.p is not None:
             parts.append(f"p = {g.p:.3g}")
@@ -54,9 +55,9 @@ class RuleRow:
             lo, hi = g.interval
             if hi is not None:
                 parts.append(f"upper bound {hi:.3g}" + (f", lower {lo:.3g}" if lo is not None else ""))
-        # only an inconclusive rule is decided by more sessions; an insensitive one needs a control that sees z
+        # more sessions decide only an inconclusive rule; an insensitive one needs a control that sees z
         decide = f"n >= {g.n_needed} would decide" if g.n_needed and g.outcome == "inconclusive" else ""
-        return cls(g.rule, g.outcome, g.n, g.test, "; ".join(parts), decide, g.control, g.detail)
+        return cls(g.rule, g.outcome, g.n, g.test, "; ".join(parts), decide, g.control, g.detail, was)
 
 
 @dataclass
@@ -134,6 +135,26 @@ def gate_results(rep: AuditReport) -> list[GateResult]:
     from eu_audit.gate import default_rules, evaluate
 
     return list(rep.gates) or evaluate(rep, default_rules(rep))
+
+
+def decided_now(rep: AuditReport) -> list[tuple[GateResult, str]]:
+    """The audit's rules decided again by this eu-audit from the audit's rows (an audit written before a
+    rule needed a positive control may have recorded a hold that is insensitive today), each with the
+    outcome the file recorded where that differs. A rule today's eu-audit cannot parse keeps its record."""
+    from eu_audit.errors import BadInput
+    from eu_audit.gate import PSEUDO_RULES, evaluate
+
+    recorded = {g.rule: g for g in rep.gates}
+    rules = [r for r in recorded if r not in PSEUDO_RULES]
+    try:
+        again = evaluate(rep, rules) if rules else gate_results(rep)
+    except BadInput:
+        return [(g, "") for g in gate_results(rep)]
+    out: list[tuple[GateResult, str]] = []
+    for g in again:
+        old = recorded.get(g.rule)
+        out.append((g, old.outcome if old is not None and old.outcome != g.outcome else ""))
+    return out
 
 
 def matrices(rep: AuditReport) -> list[Matrix]:
@@ -321,14 +342,15 @@ def facts(rep: AuditReport, source: str) -> list[tuple[str, str]]:
 
 
 def audit_page(rep: AuditReport, slug: str, title: str, source: str) -> AuditPage:
-    results = gate_results(rep)
+    decided = decided_now(rep)
+    results = [g for g, _ in decided]
     return AuditPage(
         slug=slug,
         title=title,
         source=source,
         report=rep,
         verdict=overall([g.outcome for g in results]),
-        rules=[RuleRow.of(g) for g in results],
+        rules=[RuleRow.of(g, was) for g, was in decided],
         tampering=[(t.session_id, t.tenant, t.kind, t.count, short(t.example, 240)) for t in rep.tampering],
         matrices=matrices(rep),
         tables=paper_tables(rep),
