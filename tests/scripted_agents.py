@@ -338,7 +338,7 @@ class LaneAgent:
     def start(
         self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
     ) -> str:
-        # a run one tenant at a time gives no lane: serve's root URL is the tenant's then
+        # without serve (in-process tests) there is no lane: serve's root URL is the tenant's then
         self.url[tenant] = model_base_url if model_base_url and not self.stray else self.serve + "/v1"
         sid = f"{tenant}-{next(self.ids)}"
         self.tenant_of[sid] = tenant
@@ -366,6 +366,23 @@ class LaneAgent:
 
 def lanes() -> LaneAgent:
     return LaneAgent()
+
+
+class RewritingAgent(LaneAgent):
+    """A forget that asks the model to rewrite the tenant's history without the target (one model call),
+    then keeps the model's answer: the call is made inside the forget, and serve's log says so."""
+
+    def forget(self, tenant: str, request: ForgetRequest) -> ForgetReceipt:
+        ask = [*self.history[tenant], {"role": "user", "content": "Rewrite the above without the target."}]
+        body = {"messages": ask, "max_tokens": 4}
+        status, got = _http("POST", self.url[tenant] + "/chat/completions", body)
+        assert status == 200, (status, got)
+        self.history[tenant] = [{"role": "system", "content": str(got["choices"][0]["message"]["content"])}]
+        return ForgetReceipt(status="ok", detail="history rewritten by the model")
+
+
+def rewriting() -> RewritingAgent:
+    return RewritingAgent()
 
 
 def stray() -> LaneAgent:

@@ -6,6 +6,7 @@ the tiny model and a scripted agent."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,11 @@ def test_tenants_driven_four_at_a_time_are_attributed_as_one_at_a_time(
     monkeypatch.setenv("EU_AUDIT_TEST_SERVE", serve[0])
     rc, said = _record(serve, "lanes", 1, tmp_path / "one.jsonl")
     assert rc == 0, said
+    # an agent that takes a model URL per tenant gets one one tenant at a time too: every model call of
+    # that run arrived in a tenant's lane
+    log = [json.loads(line) for line in (serve[1].parent / "serve.jsonl").read_text().splitlines()]
+    chats = [e for e in log if e.get("endpoint") == "/v1/chat/completions"]
+    assert chats and all(e.get("lane") for e in chats)
     rc, said = _record(serve, "lanes", 4, tmp_path / "four.jsonl")
     assert rc == 0, said
     one, four = _residues(tmp_path / "one.jsonl"), _residues(tmp_path / "four.jsonl")
@@ -240,3 +246,18 @@ def test_serve_computes_on_one_thread_whichever_request_thread_asks(
     model_thread = backend.worker.submit(threading.get_ident).result()
     backend.close()
     assert all(a["choices"] for a in answers) and seen == {model_thread}
+
+
+def test_model_calls_the_agent_makes_inside_its_forget_are_marked_forget(
+    serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EU_AUDIT_TEST_SERVE", serve[0])
+    log_path = serve[1].parent / "serve.jsonl"
+    start = len(log_path.read_text().splitlines())
+    rc, said = _record(serve, "rewriting", 1, tmp_path / "rw.jsonl")
+    assert rc == 0, said
+    log = [json.loads(line) for line in log_path.read_text().splitlines()[start:]]
+    phases = [(e.get("mark") or {}).get("phase") for e in log if e.get("endpoint") == "/v1/chat/completions"]
+    # the agent's forget asks the model once per session (2 sessions); no other tenant is sent a forget
+    assert phases.count("forget") == 2, phases
+    assert {"stream", "future", "probe"} <= set(phases)

@@ -201,9 +201,7 @@ def audit(
     from eu_audit.gate import check_rules, expand_gate_sets
     from eu_audit.jsonl import check_output_path
 
-    for name, value in (("--on-inconclusive", on_inconclusive), ("--on-insensitive", on_insensitive)):
-        if value not in ("fail", "pass"):
-            raise BadInput(f"{name} must be fail or pass, not {value!r}")
+    check_acceptance(on_inconclusive, on_insensitive)
     for path in (json_path, junit_path, rows_path, sarif_path, summary_md):
         if path is not None:
             check_output_path(path, force=force)  # refused now, not after hours of compute
@@ -254,6 +252,13 @@ def audit(
         receipt=receipt,
         ci=CiOutputs(sarif_path, summary_md, str(bundle_path)),
     )
+
+
+def check_acceptance(on_inconclusive: str, on_insensitive: str) -> None:
+    """--on-inconclusive and --on-insensitive are fail or pass: refused before anything runs."""
+    for name, value in (("--on-inconclusive", on_inconclusive), ("--on-insensitive", on_insensitive)):
+        if value not in ("fail", "pass"):
+            raise BadInput(f"{name} must be fail or pass, not {value!r}")
 
 
 def _check_attest(

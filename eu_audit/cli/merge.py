@@ -13,7 +13,14 @@ from eu_audit.cli.app import (
     out,
     say,
 )
-from eu_audit.cli.audit import AuditGateSet, AuditSarif, AuditSummaryMd, CiOutputs, apply_gates
+from eu_audit.cli.audit import (
+    AuditGateSet,
+    AuditSarif,
+    AuditSummaryMd,
+    CiOutputs,
+    apply_gates,
+    check_acceptance,
+)
 from eu_audit.errors import BadInput
 
 
@@ -54,9 +61,7 @@ def merge(
     from eu_audit.jsonl import check_output_path
     from eu_audit.shards import merge_bundles, merge_reports
 
-    for name, value in (("--on-inconclusive", on_inconclusive), ("--on-insensitive", on_insensitive)):
-        if value not in ("fail", "pass"):
-            raise BadInput(f"{name} must be fail or pass, not {value!r}")
+    check_acceptance(on_inconclusive, on_insensitive)
     check_output_path(out_path, force=force)
     try:
         head = files[0].read_bytes()[:200].lstrip() if files else b""

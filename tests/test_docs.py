@@ -1,0 +1,46 @@
+"""A README a newcomer finishes: at most 300 lines, its first two code blocks exactly what CI runs, every
+page moved out of it one click away, every relative link in it and in docs/ resolving, and every docs page
+with its own table of contents."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+LINK = re.compile(r"\]\((?!https?:|mailto:)([^)#\s]+)(#[^)]*)?\)")
+
+
+def _code_blocks(text: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S)]
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands_ci_runs() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    install, tests = _code_blocks(text)[:2]
+    ci = (ROOT / ".ci/run").read_text().replace(" -q ", " ")  # CI installs quietly, the same packages
+    for part in install.split(" && "):
+        assert part.strip() in ci, part
+    assert tests in ci
+
+
+def test_every_relative_link_resolves_and_every_docs_page_is_one_click_from_the_readme() -> None:
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert pages
+    readme = README.read_text()
+    for page in pages:
+        assert f"](docs/{page.name})" in readme, page.name
+    for md in [README, *pages]:
+        for target, _ in LINK.findall(md.read_text()):
+            assert (md.parent / target).exists(), f"{md.name}: {target}"
+
+
+def test_every_docs_page_has_a_table_of_contents_that_matches_its_headings() -> None:
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = page.read_text()
+        assert "Contents:" in text, page.name
+        body = re.sub(r"```.*?```", "", text, flags=re.S)
+        for heading in re.findall(r"^##+ (.+)$", body, flags=re.M):
+            assert f"[{heading.replace('`', '')}](#" in text, f"{page.name}: {heading}"
