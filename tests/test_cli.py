@@ -97,18 +97,19 @@ def test_the_ci_examples_are_valid_workflows_naming_only_options_that_exist() ->
 
     import yaml
 
-    examples = Path(__file__).resolve().parent.parent / "examples" / "ci"
+    root = Path(__file__).resolve().parent.parent
     commands: list[list[str]] = []
-    for wf in sorted(examples.glob("*.yml")):
+    for wf in [root / "action.yml", *sorted((root / "examples" / "ci").glob("*.yml"))]:
         doc = yaml.safe_load(wf.read_text())
-        assert doc["jobs"], wf
-        for job in doc["jobs"].values():
+        jobs = doc["jobs"].values() if "jobs" in doc else [doc["runs"]]  # a workflow, or the action
+        assert jobs, wf
+        for job in jobs:
             for step in job["steps"]:
                 script = re.sub(r"\\\n\s*", " ", step.get("run", ""))
                 for line in script.splitlines():
                     if line.strip().startswith("eu-audit "):
                         commands.append(shlex.split(line.split(">")[0].replace("&", "")))
-    assert {c[1] for c in commands} >= {"serve", "record", "audit", "merge"}
+    assert {c[1] for c in commands} >= {"serve", "record", "audit", "merge", "view"}
     helps: dict[str, str] = {}
     for cmd in commands:
         name = cmd[1]
@@ -165,3 +166,41 @@ def test_help_reads_as_paragraphs_not_as_the_source_lines() -> None:
     assert "failed when the method is significantly worse at --alpha (one-sided" in proc.stdout
     merge = run("merge", "--help").stdout
     assert "\n" in merge.split("eu-audit merge bb.1.jsonl", 1)[1].split("eu-audit merge a1.json", 1)[0]
+
+
+def test_every_help_text_is_shown_whole_no_bracket_eaten_by_markup() -> None:
+    """Rich reads [x] in a help text as markup and drops it: "[z:DIGEST]" once printed as "masked: ,".
+    Every bracketed word an option's help holds must reach the rendered --help; and the top-level help
+    names every kind of schema the schema command prints."""
+    import re
+
+    import typer
+    from typer.testing import CliRunner
+
+    from eu_audit.cli import app
+
+    styles = {"bold", "/", "/bold", "dim", "italic", "red", "green"}
+    command = typer.main.get_command(app)
+    runner = CliRunner()
+    checked = 0
+    for name, cmd in command.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(cmd, "commands", None) or {name: cmd}
+        for sub_name, sub in subs.items():
+            words = [
+                w
+                for p in sub.params
+                for w in re.findall(r"\[([^\]]+)\]", getattr(p, "help", None) or "")
+                if w not in styles and not w.startswith("default")
+            ]
+            if not words:
+                continue
+            args = [name, sub_name, "--help"] if sub is not cmd else [name, "--help"]
+            shown = " ".join(runner.invoke(app, args, env={"COLUMNS": "400"}).output.split())
+            for w in words:
+                assert f"[{w}]" in shown, f"eu-audit {name}: [{w}]"
+                checked += 1
+    assert checked  # the masked-target wording of audit and unlearn at least
+    masked = " ".join(runner.invoke(app, ["audit", "--help"], env={"COLUMNS": "400"}).output.split())
+    assert "masked: [z:DIGEST]" in masked
+    top = " ".join(runner.invoke(app, ["--help"], env={"COLUMNS": "400"}).output.split())
+    assert "agent-api" in top and "serve-log" in top

@@ -44,3 +44,24 @@ def test_every_docs_page_has_a_table_of_contents_that_matches_its_headings() -> 
         body = re.sub(r"```.*?```", "", text, flags=re.S)
         for heading in re.findall(r"^##+ (.+)$", body, flags=re.M):
             assert f"[{heading.replace('`', '')}](#" in text, f"{page.name}: {heading}"
+
+
+def test_the_agents_table_is_what_the_committed_rows_say_and_no_cell_is_over_20_words() -> None:
+    import subprocess
+    import sys
+
+    table = ROOT / "reports/agents/table.py"
+    proc = subprocess.run(
+        [sys.executable, str(table), "--check"], capture_output=True, text=True, timeout=300
+    )  # noqa: E501
+    assert proc.returncode == 0, "reports/agents/README.md's table differs from the rows: run table.py"
+    text = (ROOT / "reports/agents/README.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    assert len(rows) > 10
+    for row in rows:
+        for cell in row.strip("|").split(" | "):
+            words = re.sub(r"\]\([^)]*\)", "]", cell).split()  # a link's target is not read
+            assert len(words) <= 20, cell
+    for md in (ROOT / "reports/agents").glob("*.md"):
+        for target, _ in LINK.findall(md.read_text()):
+            assert (md.parent / target).exists(), f"{md.name}: {target}"

@@ -33,9 +33,13 @@ What each call means (what a stranger would otherwise have to guess):
   memory (what the agent keeps across sessions), not other sessions' transcripts unless the agent itself
   carries them over. ``seed`` is the run's seed, for agents that sample on their own (most leave decoding
   to the model server, which the harness pins); ``tools`` are the functions the harness will run when the
-  agent calls them. ``model_base_url``, sent only to an agent whose capabilities say
-  ``tenant_model_url``, is where every model call for this tenant must go from now on (serve's lane for
-  the tenant: tenants run at the same time are told apart by where their calls arrive).
+  agent calls them. ``model_base_url``, sent to every session of an agent whose capabilities say
+  ``tenant_model_url`` (one tenant at a time too), is where every model call for this tenant must go from
+  now on, chat, completions and embeddings alike (serve's lane for the tenant: tenants are told apart by
+  where their calls arrive, and a call on serve's root URL fails the run). ``GET {model_base_url}/models``
+  answers there too; whether an agent lists models is its own business, it is never audited.
+  The agent's model calls while it runs its own ``forget`` (an LLM that rewrites a memory) are logged in
+  serve's log under phase ``forget``: neither before nor after the forget, so never residue.
 - messages: ``role: user`` is the user speaking; ``role: tool`` answers a call the agent made
   (``tool_call_id`` is that call's id) or, with ``tool_call_id: "scaffold-tN"``, brings a tool result the
   scenario ran at step N without a call of the agent's. An agent that keeps an OpenAI-style history

@@ -126,7 +126,13 @@ def _root(
 
 
 #: shared by audit and unlearn: the key that signs a receipt
-SigningKey = Annotated[Path | None, typer.Option(help="The receipt's ed25519 private key (PEM).")]
+SigningKey = Annotated[
+    Path | None,
+    typer.Option(
+        help="The receipt's ed25519 private key (PEM; make a pair with: openssl genpkey -algorithm ed25519 "
+        "-out key.pem && openssl pkey -in key.pem -pubout -out key.pub.pem)."
+    ),
+]
 #: shared by every command that writes files: an existing output is replaced only when asked (never an input)
 Force = Annotated[
     bool, typer.Option(help="Replace existing outputs (files, and record's state folder); never an input.")

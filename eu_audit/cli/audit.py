@@ -123,7 +123,7 @@ AuditRevealTarget = Annotated[
     bool,
     typer.Option(
         help="Keep the target's text in what the audit prints and writes, for a local investigation (files "
-        "0600). By default every place z stayed is shown masked: [z:DIGEST], a salted digest of the span.",
+        "0600). By default every place z stayed is shown masked: \\[z:DIGEST], a salted digest of the span.",
     ),
 ]
 AuditAttest = Annotated[

@@ -31,8 +31,9 @@ def schema(
     ] = None,
     force: Force = False,
 ) -> None:
-    """Print a JSON Schema: a trace-bundle line (eu-audit/trace@1), an episode (eu-audit/episode@1) or the
-    audit report (eu-audit/audit@1)."""
+    """Print a JSON Schema: a trace-bundle line (eu-audit/trace@1), an episode (eu-audit/episode@1), the
+    audit report (eu-audit/audit@1), the contract an agent under test serves (agent-api) or a line of
+    serve's request log (serve-log)."""
     from eu_audit.bundle.records import json_schema
     from eu_audit.jsonl import atomic_writer, check_output_path
 
