@@ -53,7 +53,7 @@ def test_the_agents_table_is_what_the_committed_rows_say_and_no_cell_is_over_20_
     table = ROOT / "reports/agents/table.py"
     proc = subprocess.run(
         [sys.executable, str(table), "--check"], capture_output=True, text=True, timeout=300
-    )  # noqa: E501
+    )
     assert proc.returncode == 0, "reports/agents/README.md's table differs from the rows: run table.py"
     text = (ROOT / "reports/agents/README.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("|---")]

@@ -140,14 +140,23 @@ def test_view_never_writes_over_a_folder_it_did_not_make_and_names_a_path_with_n
     assert not (tmp_path / "site").exists()  # checked before anything was written
 
 
-def test_a_white_box_audit_shows_the_papers_tables_and_b7_equal_to_b5(tmp_path: Path) -> None:
+def test_a_white_box_audit_shows_the_papers_tables_b7_equal_to_b5_and_the_sweeps_their_plots(
+    tmp_path: Path,
+) -> None:
     from eu_audit.view import build_site
 
-    build_site([ROOT / "reports/audit-smollm2"], tmp_path / "site")
-    page = (tmp_path / "site/index.html").read_text()
+    site = tmp_path / "site"
+    build_site([ROOT / "reports/audit-smollm2", ROOT / "reports/sweeps-smollm2"], site)
+    page = (site / "audit-smollm2.html").read_text()
     assert "Table 1 - leakage" in page
     assert "b7: state equal to B5&#39;s in 40 of 40 sessions" in page
-    assert any(p.suffix == ".svg" for p in (tmp_path / "site").iterdir())  # the rates chart, offline SVG
+    assert (site / "audit-smollm2-rates.svg").read_text().lstrip().startswith("<?xml")  # offline SVG
+    index = (site / "index.html").read_text()
+    assert 'href="sweeps-smollm2-sweeps.html"' in index
+    sweeps = (site / "sweeps-smollm2-sweeps.html").read_text()
+    plots = sorted(p.name for p in (site / "sweeps-smollm2-sweeps").glob("*.png"))
+    assert len(plots) == 8 and all(f'src="sweeps-smollm2-sweeps/{name}"' in sweeps for name in plots)
+    assert "R^2" in sweeps and "Command:" in sweeps  # each sweep's facts and its exact command
 
 
 def _sarif_validator() -> Any:

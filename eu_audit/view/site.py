@@ -27,6 +27,15 @@ REVEALED = "--reveal-target"
 
 
 @dataclass(frozen=True)
+class SweepSource:
+    """One report's sweeps (``eu-audit report``'s sections, each with its plot): a page of their own."""
+
+    label: str
+    folders: tuple[Path, ...]
+    title: str
+
+
+@dataclass(frozen=True)
 class Source:
     """One audit to show: its files (several: one run's shard audits, merged) and its title."""
 
@@ -50,26 +59,30 @@ def _is_audit(path: Path) -> bool:
     return b'"eu-audit/audit@1"' in head
 
 
-def _report_folder(folder: Path) -> list[Source]:
+def _report_folder(folder: Path) -> list[Source | SweepSource]:
     """An ``eu-audit report`` folder: the audits its manifest names (a folder entry is one run's shards)."""
     rows = folder / "rows"
     try:
         manifest = json.loads((rows / "report.json").read_text())
     except (OSError, ValueError) as exc:
         raise BadInput(f"not a readable report manifest ({exc})", path=str(rows / "report.json")) from None
-    out = []
+    out: list[Source | SweepSource] = []
     for name in manifest.get("audits", []):
         entry = rows / "audits" / name
         files = sorted(entry.glob("*.json")) if entry.is_dir() else [entry]
         title = manifest.get("title") or folder.name
         label = folder.name if len(manifest["audits"]) == 1 else f"{folder.name}/{Path(name).stem}"
         out.append(Source(label, tuple(files), title))
+    if manifest.get("sweeps"):
+        sweeps = tuple(rows / "sweeps" / str(name) for name in manifest["sweeps"])
+        out.append(SweepSource(f"{folder.name}-sweeps", sweeps, manifest.get("title") or folder.name))
     return out
 
 
-def find_sources(paths: Sequence[Path], *, merge: bool = False) -> list[Source]:
-    """Every audit the given paths hold, refused with exit 2 naming the path when one holds none."""
-    out: list[Source] = []
+def find_sources(paths: Sequence[Path], *, merge: bool = False) -> list[Source | SweepSource]:
+    """Every audit (and report's sweeps) the given paths hold, refused with exit 2 naming the path when one
+    holds none."""
+    out: list[Source | SweepSource] = []
     for path in paths:
         if path.is_file():
             out.append(Source(path.stem, (path,), path.stem))
@@ -159,7 +172,9 @@ def build_site(paths: Sequence[Path], out: Path, *, merge: bool = False) -> list
 
     sources = find_sources(paths, merge=merge)
     _check_out(out)
-    reports = [(s, s.read()) for s in sources]  # a bad file is refused before any page is written
+    # a bad file is refused before any page is written
+    reports = [(s, s.read()) for s in sources if isinstance(s, Source)]
+    sweeps = [s for s in sources if isinstance(s, SweepSource)]
     out.mkdir(parents=True, exist_ok=True)
     private = any(REVEALED in rep.command for _, rep in reports)
     env = _environment()
@@ -170,25 +185,45 @@ def build_site(paths: Sequence[Path], out: Path, *, merge: bool = False) -> list
     written = []
     for page in pages:
         _chart(page, out, private)
+    sweep_pages = [_sweep_page(env, s, _slug(s.label, taken), out) for s in sweeps]
+    many = len(pages) + len(sweep_pages) > 1
     css = env.get_template("style.css").render()
     for name, text in [
         ("style.css", css),
-        *[
-            (f"{p.slug}.html", env.get_template("audit.html.j2").render(page=p, many=len(pages) > 1))
-            for p in pages
-        ],
-        ("index.html", _index(env, pages)),
+        *[(f"{p.slug}.html", env.get_template("audit.html.j2").render(page=p, many=many)) for p in pages],
+        *sweep_pages,
+        ("index.html", _index(env, pages, [(p[0], s) for p, s in zip(sweep_pages, sweeps, strict=True)])),
     ]:
         with atomic_writer(out / name, private=private) as f:
             f.write(text)
         written.append(out / name)
     with atomic_writer(out / MARKER, private=False) as f:
         f.write("a site written by eu-audit view; view may replace this folder's files\n")
-    return [*written, *(out / name for p in pages for name, _ in p.charts)]
+    plots = [f for slug, _ in sweep_pages for f in sorted((out / slug.removesuffix(".html")).glob("*.png"))]
+    return [*written, *(out / name for p in pages for name, _ in p.charts), *plots]
 
 
-def _index(env: Any, pages: list[AuditPage]) -> str:
-    if len(pages) == 1:
+def _sweep_page(env: Any, source: SweepSource, slug: str, out: Path) -> tuple[str, str]:
+    """A report's sweeps as one page: each sweep's section (its plot, facts, rate table, paper and command)
+    as ``eu-audit report`` writes it, rendered from Markdown, its plot in a folder of the page's own."""
+    from markdown_it import MarkdownIt
+
+    from eu_audit.report import sweep_section
+
+    folder = out / slug
+    folder.mkdir(exist_ok=True)
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    sections = []
+    for sweep in source.folders:
+        text = "\n".join(sweep_section(sweep, folder))
+        # the plot lies in the page's folder: its link from the page goes through it
+        sections.append(md.render(text.replace("](sweep-", f"]({slug}/sweep-")))
+    html = env.get_template("sweeps.html.j2").render(title=source.title, slug=slug, sections=sections)
+    return f"{slug}.html", html
+
+
+def _index(env: Any, pages: list[AuditPage], sweeps: list[tuple[str, SweepSource]]) -> str:
+    if len(pages) == 1 and not sweeps:
         return env.get_template("audit.html.j2").render(page=pages[0], many=False)
     verdict = overall([p.verdict for p in pages if p.verdict != "no rules"])
-    return env.get_template("index.html.j2").render(pages=pages, verdict=verdict)
+    return env.get_template("index.html.j2").render(pages=pages, verdict=verdict, sweeps=sweeps)
