@@ -103,11 +103,20 @@ class Control:
 KEPT = ("residue_context", "residue_store")
 
 
+#: an orphan is what a forget's delete leaves when a cascade does not fire: the state never sent the forget
+#: has none by construction, so its control is whether that state held z in the files at all (what a
+#: forget would have had to delete)
+ORPHANS = "disk.orphans"
+
+
 def control_value(state: StateAudit, name: str) -> float | None:
-    """The control's value of a rule's metric or channel (``after.*``: what it kept, ``KEPT``)."""
+    """The control's value of a rule's metric or channel (``after.*``: what it kept, ``KEPT``;
+    ``disk.orphans``: z in the files it read, ``ORPHANS``)."""
     if name.startswith("after."):
         got = [v for m in KEPT if (v := state.values.get(m)) is not None]
         return max(got) if got else None
+    if name == ORPHANS:
+        return state.values.get("residue_disk")
     return value_of(state, name)
 
 

@@ -85,6 +85,7 @@ def test_a_delete_without_secure_delete_leaves_z_in_the_files_bytes_and_one_with
         "agent.disk.bytes==0",
         "agent.disk.rows==0",
         "agent.disk.vectors==0",
+        "agent.disk.orphans==0",  # its control: the no-forget tenant held z in the files a forget must clean
     ):
         assert secure["gates"][rule].outcome == "held", (rule, secure["gates"][rule].detail)
     assert secure["gates"]["agent.residue_disk==0"].outcome == "held"

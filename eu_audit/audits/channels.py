@@ -362,9 +362,12 @@ def channels(
             held = [t for t in tiers[kind] if (channel_value(s, kind, t) or 0) > 0]
             state_verdict: Verdict = "leaked" if kind == "tool" or leaked else "suppressed"
             add(s, label, state_verdict if held else "erased", example=example if held else "")
+            per_tier = s.residue.get("disk_examples", {}) if kind == "disk" else {}
             for t in tiers[kind]:
                 got = (channel_value(s, kind, t) or 0) > 0
-                mine = example if example.startswith(f"[{t}]") else ""  # the one quote is of one tier
+                # the one quote is of one tier; eu-audit's read of the files keeps one place per tier
+                mine = example if example.startswith(f"[{t}]") else ""
+                mine = f"[{t}] {per_tier[t]}" if t in per_tier else mine
                 name = f"{kind}.{shown.get(t, t) if kind == 'prompt' else t}"
                 add(s, name, state_verdict if got else "erased", example=mine if got else "")
         add(s, SERVING_CACHE, "unknown", SERVING_UNKNOWN)

@@ -68,6 +68,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             order = ("rows", "orphans", "vectors", "bytes")
             where = next(((k, first.disk_examples[k]) for k in order if k in first.disk_examples), None)
             st.residue["disk_example"] = f"[{where[0]}] {where[1]}" if where else ""
+            st.residue["disk_examples"] = dict(first.disk_examples)  # one place per channel (disk.<tier>)
             st.residue["disk_unread"] = first.disk_unread
         if len(trace.residues) > 1:
             # "came back": held after an event while no check right after the forget held it (the first

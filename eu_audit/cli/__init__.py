@@ -24,6 +24,7 @@ COMMANDS = (
     "serve",
     "agent",
     "suites",
+    "pack",
 )
 for _name in COMMANDS:
     importlib.import_module(f"eu_audit.cli.{_name}")

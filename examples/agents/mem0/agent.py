@@ -10,7 +10,12 @@ for erasure: find the memories that carry the target (``search`` and ``get_all``
 Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema agent-api``) and sends its
 model calls and embeddings to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit
 serve``). Each tenant gets its own mem0 store under ``--data`` (qdrant local mode on disk and mem0's
-SQLite history), so tenants never see each other.
+SQLite history), so tenants never see each other; ``--shared-store`` keeps every tenant in one store, one
+mem0 user each (``user_id``), as a multi-user deployment does. ``--forget delete_all`` erases with
+``Memory.delete_all(user_id=...)`` instead of deleting the memories that carry the target. ``files`` names
+the store's files (its SQLite history, qdrant's folder), which eu-audit reads itself. The calls work on
+mem0 1.x (``user_id=``, ``limit=``) and 2.x (``filters=``, ``top_k=``) alike, for the residue pack's
+cases on older releases.
 
     pip install -r examples/agents/mem0/requirements.txt
     OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \
@@ -78,9 +83,23 @@ def _norm(text: str) -> str:
     return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
+def _scoped(method: Any, tenant: str, k: int, *args: Any) -> list[dict[str, Any]]:
+    """``search`` or ``get_all`` of one user's memories on mem0 2.x (``filters``, ``top_k``) or 1.x
+    (``user_id``, ``limit``): the results list either way."""
+    import inspect
+
+    if "top_k" in inspect.signature(method).parameters:
+        got = method(*args, filters={"user_id": tenant}, top_k=k)
+    else:
+        got = method(*args, user_id=tenant, limit=k)
+    return list(got.get("results", []) if isinstance(got, dict) else got)
+
+
 class Mem0Agent:
-    def __init__(self, data: Path, model: str, infer: bool, forget: str = "mem0") -> None:
-        self.data, self.model, self.infer, self.forget_mode = data, model, infer, forget
+    def __init__(
+        self, data: Path, model: str, infer: bool, forget: str = "mem0", shared: bool = False
+    ) -> None:
+        self.data, self.model, self.infer, self.forget_mode, self.shared = data, model, infer, forget, shared
         self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
         self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
         self.clients: dict[str, OpenAI] = {}  # base URL -> client
@@ -106,6 +125,10 @@ class Mem0Agent:
     def folder(self, tenant: str) -> Path:
         return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
 
+    def store_folder(self, tenant: str) -> Path:
+        """Where the tenant's mem0 store lives: its own folder, or the one every tenant shares."""
+        return self.data / "shared-store" if self.shared else self.folder(tenant)
+
     def save_sessions(self, tenant: str) -> None:
         """The tenant's conversations (buffer, summary) on disk, as a deployed agent keeps them (a
         restart loads them back): one JSON file, replaced whole."""
@@ -120,11 +143,12 @@ class Mem0Agent:
     # --- mem0, one store per tenant ------------------------------------------------------------------
 
     def memory(self, tenant: str) -> Memory:
-        if tenant not in self.memories:
-            folder = self.folder(tenant)
+        key = "" if self.shared else tenant
+        if key not in self.memories:
+            folder = self.store_folder(tenant)
             folder.mkdir(parents=True, exist_ok=True)
             openai_cfg = {"openai_base_url": self.bases.get(tenant, self.base), "api_key": "none"}
-            self.memories[tenant] = Memory.from_config(
+            self.memories[key] = Memory.from_config(
                 {
                     "vector_store": {
                         "provider": "qdrant",
@@ -148,11 +172,10 @@ class Mem0Agent:
                     "history_db_path": str(folder / "history.db"),
                 }
             )
-        return self.memories[tenant]
+        return self.memories[key]
 
     def recall(self, tenant: str, query: str) -> list[str]:
-        hits = self.memory(tenant).search(query, filters={"user_id": tenant}, top_k=5)
-        return [h["memory"] for h in hits.get("results", [])]
+        return [h["memory"] for h in _scoped(self.memory(tenant).search, tenant, 5, query)]
 
     # --- the model ------------------------------------------------------------------------------------
 
@@ -277,12 +300,15 @@ class Mem0Agent:
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
         m = self.memory(tenant)
+        if self.forget_mode == "delete_all":  # mem0's erasure of a whole user
+            m.delete_all(user_id=tenant)
+            return {"status": "ok", "detail": "Memory.delete_all(user_id)", "receipt": {"deleted": "all"}}
         needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
         found: dict[str, str] = {}
         for query in [body.target, *body.variants]:
-            for hit in m.search(query, filters={"user_id": tenant}, top_k=50).get("results", []):
+            for hit in _scoped(m.search, tenant, 50, query):
                 found[hit["id"]] = hit["memory"]
-        for item in m.get_all(filters={"user_id": tenant}, top_k=1000).get("results", []):
+        for item in _scoped(m.get_all, tenant, 1000):
             found[item["id"]] = item["memory"]
         deleted = [mid for mid, text in found.items() if any(n in _norm(text) for n in needles)]
         for mid in deleted:
@@ -294,7 +320,11 @@ class Mem0Agent:
         }
 
     def reset(self, tenant: str) -> dict[str, Any]:
-        if tenant in self.memories:
+        if self.shared:  # only this user's memories go; the other users' stay (never Memory.reset)
+            m = self.memory(tenant)
+            for item in _scoped(m.get_all, tenant, 1000):
+                m.delete(item["id"])
+        elif tenant in self.memories:
             self.memories.pop(tenant).reset()
         shutil.rmtree(self.folder(tenant), ignore_errors=True)
         with self.meta:  # in place: other tenants' threads add sessions meanwhile
@@ -306,7 +336,7 @@ class Mem0Agent:
         """What a process restart does to the tenant: mem0 is closed (qdrant's local client, the history
         database) and opened again from its files; the conversations are dropped from memory and read
         back from the tenant's sessions file."""
-        m = self.memories.pop(tenant, None)
+        m = None if self.shared else self.memories.pop(tenant, None)  # a shared store stays open
         if m is not None:
             m.vector_store.client.close()
             m.close()
@@ -323,10 +353,9 @@ class Mem0Agent:
         sessions' conversation buffers and summaries."""
         m = self.memory(tenant)
         items = [
-            {"store": "memory", "id": x["id"], "text": x["memory"]}
-            for x in m.get_all(filters={"user_id": tenant}, top_k=1000).get("results", [])
+            {"store": "memory", "id": x["id"], "text": x["memory"]} for x in _scoped(m.get_all, tenant, 1000)
         ]
-        db = sqlite3.connect(self.folder(tenant) / "history.db")
+        db = sqlite3.connect(self.store_folder(tenant) / "history.db")
         try:
             for hid, old, new, event in db.execute("SELECT id, old_memory, new_memory, event FROM history"):
                 items.append({"store": "history", "id": hid, "text": f"{event}: {old or ''} -> {new or ''}"})
@@ -348,6 +377,12 @@ class Mem0Agent:
                     {"store": "conversation", "id": f"{sid}/{i}", "text": str(msg.get("content") or "")}
                 )
         return {"items": items}
+
+    def files(self, tenant: str) -> dict[str, Any]:
+        """Where mem0 persists the tenant: its SQLite history and qdrant's local folder (shared by every
+        tenant with ``--shared-store``)."""
+        folder = self.store_folder(tenant).resolve()
+        return {"paths": [str(folder / "history.db"), str(folder / "qdrant")]}
 
     def session(self, sid: str) -> dict[str, Any]:
         if sid not in self.sessions:
@@ -383,7 +418,8 @@ def create_app(agent: Mem0Agent) -> FastAPI:
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "mem0-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True}  # fmt: skip
+                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True,
+                "store_files": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -394,6 +430,7 @@ def create_app(agent: Mem0Agent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
     app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
+    app.get(p + "/tenants/{tenant}/files")(locked(agent.files))
     return app
 
 
@@ -412,12 +449,18 @@ def main() -> None:
     )
     ap.add_argument(
         "--forget",
-        choices=["mem0", "none"],
+        choices=["mem0", "delete_all", "none"],
         default="mem0",
-        help="mem0: delete the memories that carry the target; none: acknowledge and delete nothing (B0)",
+        help="mem0: delete the memories that carry the target; delete_all: Memory.delete_all(user_id) of the "
+        "tenant; none: acknowledge and delete nothing (B0)",
+    )
+    ap.add_argument(
+        "--shared-store",
+        action="store_true",
+        help="every tenant in one mem0 store, one user each (a multi-user deployment); default: a store each",
     )
     args = ap.parse_args()
-    agent = Mem0Agent(args.data, args.model, infer=args.infer, forget=args.forget)
+    agent = Mem0Agent(args.data, args.model, infer=args.infer, forget=args.forget, shared=args.shared_store)
     uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -6,6 +6,10 @@ It is the agent the SDK's docs build: an ``Agent`` run by ``Runner`` with a ``SQ
 on an OpenAI-compatible endpoint. The SDK keeps no long-term memory of its own: records the harness
 injects go to a session of their own (``memory``) whose items the agent's instructions list.
 
+``--session advanced`` keeps the conversation in the SDK's ``AdvancedSQLiteSession`` instead (branches
+and usage analytics: its ``message_structure`` and ``turn_usage`` tables beside the messages), the session
+the residue pack's openai-agents cases run on different releases.
+
 Its forget is what the SDK documents for removing conversation items, chosen with ``--forget``:
 
 - ``rewrite`` (default): for every session of the tenant, ``get_items``, ``clear_session`` and
@@ -13,6 +17,7 @@ Its forget is what the SDK documents for removing conversation items, chosen wit
 - ``clear``: ``clear_session`` of every session that carries the target (the whole conversation goes);
 - ``none``: acknowledged, nothing removed (the paper's B0).
 
+``files`` names the tenant's SQLite file, which eu-audit reads itself (rows, orphans, raw bytes).
 ``dump`` lists each session's items and, as a store tier of its own (``sqlite-file``), the printable
 strings of the SQLite file itself: SQLite leaves a deleted row's bytes in the file's free pages until they
 are reused (``secure_delete`` is off by default), and a forget that only deletes rows leaves them there.
@@ -115,8 +120,8 @@ def _file_strings(path: Path, shortest: int = 8) -> list[str]:
 
 
 class AgentsSDKAgent:
-    def __init__(self, data: Path, model: str, forget: str = "rewrite") -> None:
-        self.data, self.model, self.forget_mode = data, model, forget
+    def __init__(self, data: Path, model: str, forget: str = "rewrite", session: str = "sqlite") -> None:
+        self.data, self.model, self.forget_mode, self.session_kind = data, model, forget, session
         self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
         self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
         self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools
@@ -158,7 +163,14 @@ class AgentsSDKAgent:
         """The SDK's session ``sid`` in the tenant's SQLite file, closed after use."""
         folder = self.folder(tenant)
         folder.mkdir(parents=True, exist_ok=True)
-        session = SQLiteSession(sid, folder / "sessions.sqlite")
+        if self.session_kind == "advanced":
+            from agents.extensions.memory import AdvancedSQLiteSession
+
+            session: SQLiteSession = AdvancedSQLiteSession(
+                session_id=sid, db_path=folder / "sessions.sqlite", create_tables=True
+            )
+        else:
+            session = SQLiteSession(sid, folder / "sessions.sqlite")
         try:
             yield session
         finally:
@@ -326,6 +338,10 @@ class AgentsSDKAgent:
             self.sessions.update(saved)
         return {"ok": True}
 
+    def files(self, tenant: str) -> dict[str, Any]:
+        """Where the tenant's conversation is persisted: its SQLite file (the WAL lies beside it)."""
+        return {"paths": [str((self.folder(tenant) / "sessions.sqlite").resolve())]}
+
     def dump(self, tenant: str) -> dict[str, Any]:
         """The tenant's sessions item by item, and the printable strings of its SQLite file."""
         items = []
@@ -363,7 +379,7 @@ def create_app(agent: AgentsSDKAgent) -> FastAPI:
     def capabilities() -> dict[str, Any]:
         return {"version": CONTRACT, "name": "openai-agents-sqlite-session", "fork": True,
                 "memory_inject": True, "store_dump": True, "tenant_model_url": True,
-                "restart": True}  # fmt: skip
+                "restart": True, "store_files": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
     app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
@@ -373,6 +389,7 @@ def create_app(agent: AgentsSDKAgent) -> FastAPI:
     app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
     app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
     app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
+    app.get(p + "/tenants/{tenant}/files")(locked(agent.files))
     return app
 
 
@@ -390,8 +407,14 @@ def main() -> None:
         help="rewrite: re-add each session's items without the target; clear: clear_session of every "
         "session that holds it; none: acknowledge and remove nothing (B0)",
     )
+    ap.add_argument(
+        "--session",
+        choices=["sqlite", "advanced"],
+        default="sqlite",
+        help="the SDK's session class: SQLiteSession, or AdvancedSQLiteSession (branches, usage tables)",
+    )
     args = ap.parse_args()
-    agent = AgentsSDKAgent(args.data, args.model, forget=args.forget)
+    agent = AgentsSDKAgent(args.data, args.model, forget=args.forget, session=args.session)
     uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
 
 

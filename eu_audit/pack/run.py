@@ -1,0 +1,180 @@
+"""``eu-audit pack run``: each case's releases through the gate, as a CI job would gate them.
+
+Per pack run, one ``eu-audit serve`` per model. Per case and release: the release's venv (``venvs``), the
+case's agent started in it with its model at serve, ``record --agent`` (the agent's own forget, its
+reference and its no-forget control), ``audit`` with the case's rules, and the verdict compared with the
+one the case expects: *failed* naming its place on the release that has the bug, *held* on the one that
+fixed it. Everything runs on loopback and stops when the run does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from eu_audit.errors import RunFailed
+from eu_audit.pack.case import Case, Release
+
+#: seconds a server (serve, a case's agent) has to answer its health check
+START_S = 300
+#: the verdicts of a case's rules, worst first (``eu_audit.view.pages.overall``)
+EU_AUDIT = [sys.executable, "-m", "eu_audit.cli"]
+
+
+@dataclass
+class ReleaseResult:
+    """One release of one case through the gate."""
+
+    case: str
+    stack: str
+    release: str
+    pins: list[str]
+    expect: str
+    verdict: str = ""  # held / failed / inconclusive / insensitive, or "run failed"
+    where: str = ""  # the evidence the failed rules named (channel and quoted place)
+    named: bool = False  # the expected place is in that evidence
+    as_expected: bool = False
+    exit_code: int | None = None
+    detail: str = ""  # a run that failed: why
+    seconds: float = 0.0
+    rules: dict[str, str] = field(default_factory=dict)  # rule -> outcome
+
+    def row(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@contextlib.contextmanager
+def _server(argv: list[str], health: str, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A child process serving HTTP on a free loopback port (``argv`` gets ``--port P``); yields its URL
+    once ``health`` answers, and stops it on the way out. Its output goes to ``log``."""
+    from eu_audit.engines.llamacpp_server import free_port
+
+    port = free_port()
+    with open(log, "ab") as out:
+        environ = {**os.environ, **(env or {})}
+        argv = [*argv, "--port", str(port)]
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environ)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_S
+        while True:
+            try:
+                with urllib.request.urlopen(url + health, timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = log.read_bytes()[-600:].decode(errors="replace")
+                    raise RunFailed(f"{argv[0]} did not start (its output, {log}): {tail}") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def serving(model: str, out: Path) -> Iterator[str]:
+    """``eu-audit serve`` for one model, its log and control secret where ``serve`` puts them by default."""
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [*EU_AUDIT, "serve", "--model", model, "--log", str(out / f"serve-{model}.jsonl"), "--force"]
+    with _server(argv, "/health", out / f"serve-{model}.out") as url:
+        yield url
+
+
+def _evidence(audit: Path, failed: list[str]) -> str:
+    """The channel and quoted place each failed rule names, from the audit JSON (masked as it is)."""
+    from eu_audit.audits.ci_formats import rule_place
+    from eu_audit.audits.model import read_report
+
+    rep = read_report(audit)
+    said = []
+    for g in rep.gates:
+        if g.rule in failed:
+            channel, place = rule_place(rep, g)
+            said.append(f"{g.rule}: {channel}: {place}" if channel else f"{g.rule}: {g.detail}")
+    return " | ".join(said)
+
+
+def run_release(
+    case: Case, release: Release, root: Path, serve: str, out: Path, say: Callable[[str], None]
+) -> ReleaseResult:
+    """One release of one case through serve, record and audit; never raises for the case's own failure
+    (a release that cannot run is a result that says so)."""
+    from eu_audit.pack.venvs import venv_for
+    from eu_audit.view.pages import overall
+
+    folder = out / case.name / release.name
+    folder.mkdir(parents=True, exist_ok=True)
+    result = ReleaseResult(case.name, case.stack, release.name, release.pins, release.expect)
+    t0 = time.monotonic()
+    try:
+        if case.venv:
+            say(f"{case.name} {release.name}: the venv ({' '.join(release.pins)})")
+            python = venv_for([*release.pins, *case.requirements], case.python, log=folder / "install.log")
+        else:
+            python = Path(sys.executable)
+        args = [*case.agent_args, *release.agent_args]
+        agent = [str(python), str(root / case.agent), "--data", str(folder / "agent-data"), *args]
+        env = {"OPENAI_BASE_URL": f"{serve}/v1", "OPENAI_API_KEY": "unused"}
+        with _server(agent, "/eu-audit/v1/capabilities", folder / "agent.out", env) as url:
+            say(f"{case.name} {release.name}: record --agent ({case.suite}, n = {case.n})")
+            bundle = folder / "bundle.jsonl"
+            record = [*EU_AUDIT, "record", "--agent", url, "--serve", serve, "--suite", case.suite]
+            record += ["--n", str(case.n), "--k", "1", "--seed", "0", "--out", str(bundle), "--force"]
+            with open(folder / "record.out", "wb") as log:
+                got = subprocess.run(record, stdout=log, stderr=subprocess.STDOUT, timeout=3600)
+            if got.returncode != 0:
+                raise RunFailed(f"record exited {got.returncode} (see {folder / 'record.out'})")
+        audit_json = folder / "audit.json"
+        gates = [x for rule in case.gate for x in ("--gate", rule)]
+        audit = [*EU_AUDIT, "audit", str(bundle), *gates, "--json", str(audit_json), "--force"]
+        with open(folder / "audit.out", "wb") as log:
+            got = subprocess.run(audit, stdout=log, stderr=subprocess.STDOUT, timeout=3600)
+        result.exit_code = got.returncode
+        if got.returncode not in (0, 1, 4) or not audit_json.is_file():
+            raise RunFailed(f"audit exited {got.returncode} (see {folder / 'audit.out'})")
+        outcomes = {g["rule"]: g["outcome"] for g in json.loads(audit_json.read_text())["gates"]}
+        result.rules = outcomes
+        result.verdict = overall(list(outcomes.values()))
+        failed = [r for r, o in outcomes.items() if o == "failed"]
+        result.where = _evidence(audit_json, failed) if failed else ""
+        result.named = bool(release.where) and release.where in result.where
+        result.as_expected = result.verdict == release.expect and (release.expect != "failed" or result.named)
+    except (RunFailed, subprocess.SubprocessError, OSError) as exc:
+        result.verdict, result.detail = "run failed", str(exc)[:400]
+    result.seconds = round(time.monotonic() - t0, 1)
+    return result
+
+
+def run_pack(
+    cases: list[Case], root: Path, out: Path, say: Callable[[str], None], releases: list[str] | None = None
+) -> list[ReleaseResult]:
+    """Every release of every case (or the named releases), one serve per model; the results, also
+    written to ``out/results.jsonl`` as each finishes (a long pack run keeps what it finished)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = out / "results.jsonl"
+    results: list[ReleaseResult] = []
+    for model in dict.fromkeys(c.model for c in cases):
+        with serving(model, out) as serve:
+            for case in (c for c in cases if c.model == model):
+                for release in case.releases:
+                    if releases and release.name not in releases:
+                        continue
+                    got = run_release(case, release, root, serve, out, say)
+                    results.append(got)
+                    with open(rows, "a") as f:
+                        f.write(got.row() + "\n")
+                    mark = "as expected" if got.as_expected else "NOT as expected"
+                    say(f"{case.name} {release.name}: {got.verdict} ({mark}; {got.seconds:.0f} s)")
+    return results

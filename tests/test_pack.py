@@ -1,0 +1,87 @@
+"""The residue pack: a case is a reported bug pinned to the release that has it and the one that fixed it,
+and `eu-audit pack run` must fail the first, naming the place, and hold the second. The committed cases
+load and pin exact releases; a malformed case is refused naming its field; and the runner's mechanics
+(serve, the case's agent as its own server, record, audit, the verdict against the expected one, the
+table with recall and false alarms) on the tiny model with the SQLite test agent, whose "cascade" forget
+leaves orphaned vectors and whose "secure" forget leaves nothing. The real stacks' cases run with
+`eu-audit pack run` (reports/pack/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eu_audit.errors import BadInput
+from eu_audit.pack.case import load_case, load_cases
+from eu_audit.runtime.models import TINY_MODEL
+
+from .helpers import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_committed_case_pins_exact_releases_and_names_where_the_bug_leaves_z() -> None:
+    cases = load_cases(ROOT / "pack")
+    assert len(cases) >= 4
+    for c in cases:
+        assert c.venv and c.bug.startswith("https://github.com/")
+        assert any(r.expect == "failed" and r.where for r in c.releases), c.name
+        assert c.fixed or any(r.expect == "held" for r in c.releases), c.name  # a fix, or why there is none
+        assert (ROOT / c.agent).is_file(), c.agent
+
+
+def _write(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "case.toml").write_text(text)
+    return folder / "case.toml"
+
+
+CASE = """
+name = "{name}"
+stack = "test"
+bug = "https://github.com/example/example/issues/1"
+title = "t"
+leaves = "l"
+agent = "tests/pack_agent.py"
+gate = ["agent.disk.orphans==0"]
+{extra}
+[[releases]]
+name = "buggy"
+{pins}
+agent_args = ["--mode", "cascade"]
+expect = "failed"
+where = "memory_vectors"
+"""
+
+
+def test_a_malformed_case_is_refused_naming_the_file_and_field(tmp_path: Path) -> None:
+    loose = _write(tmp_path / "a", CASE.format(name="a", extra="", pins='pins = ["openai-agents>=0.18"]'))
+    with pytest.raises(BadInput, match="exact") as got:
+        load_case(loose)
+    assert str(loose) in str(got.value)
+    other = _write(tmp_path / "b", CASE.format(name="c", extra="", pins='pins = ["x==1"]'))
+    with pytest.raises(BadInput, match="differs from its folder") as got:
+        load_case(other)
+    assert got.value.field == "name"
+    proc = run_cli("pack", "run", "nosuch", "--cases", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_the_runner_fails_the_release_with_the_bug_naming_the_place_and_holds_the_fixed_one(
+    tmp_path: Path,
+) -> None:
+    cases = tmp_path / "cases"
+    text = CASE.format(name="sqlite-cascade", extra=f'venv = false\nmodel = "{TINY_MODEL}"', pins="")
+    text += '\n[[releases]]\nname = "fixed"\nagent_args = ["--mode", "secure"]\nexpect = "held"\n'
+    _write(cases / "sqlite-cascade", text)
+    out, report = tmp_path / "run", tmp_path / "report"
+    proc = run_cli("pack", "run", "--cases", str(cases), "-o", str(out), "--report", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = (report / "README.md").read_text()
+    assert sorted(p.name for p in (report / "rows").iterdir()) == [
+        "sqlite-cascade-buggy.audit.json", "sqlite-cascade-fixed.audit.json"
+    ]  # fmt: skip
+    assert "recall 1 of 1 releases with the bug" in said and "false alarms 0 of 1 fixed releases" in said
+    assert "| failed | " in said and "| held |" in said
+    assert "memory_vectors" in said  # where the failed verdict named the orphans
