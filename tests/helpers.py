@@ -72,8 +72,16 @@ def turn_ids(agent: Agent) -> list[list[int]]:
     return [b.token_ids for b in agent.blocks if b.type in MODEL_DERIVED and b.token_span is not None]
 
 
+#: EU_AUDIT_TEST_SUBPROCESS=1 runs every CLI call of the tests in a child process of its own
+SUBPROCESS = os.environ.get("EU_AUDIT_TEST_SUBPROCESS") == "1"
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``eu-audit ARGS`` in a subprocess: the real exit code and streams, wide enough not to wrap."""
+    """``eu-audit ARGS``: the real exit code and streams, wide enough not to wrap. In this process, through
+    the CLI's own ``main`` (the libraries and models it loads stay loaded for the next call: seconds
+    saved per call), unless it needs a directory of its own or ``EU_AUDIT_TEST_SUBPROCESS=1``."""
+    if cwd is None and not SUBPROCESS:
+        return _in_process(args)
     env = dict(os.environ, COLUMNS="200")
     return subprocess.run(
         [sys.executable, "-m", "eu_audit.cli", *args],
@@ -83,6 +91,35 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
         cwd=cwd,
         env=env,
     )
+
+
+def _in_process(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """``main()`` as the console script runs it: argv, streams and the SIGTERM handler it installs are
+    this call's only, restored after."""
+    import importlib
+    import io
+    import signal
+
+    from eu_audit.cli import main
+
+    cli_app = importlib.import_module("eu_audit.cli.app")  # the module (eu_audit.cli.app is also the app)
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = (sys.argv, signal.getsignal(signal.SIGTERM), cli_app.out._width, cli_app.err._width)
+    cli_app.out.width = cli_app.err.width = 200
+    code = 0
+    try:
+        sys.argv = ["eu-audit", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 3
+    finally:
+        sys.argv = saved[0]
+        signal.signal(signal.SIGTERM, saved[1])
+        cli_app.out._width, cli_app.err._width = saved[2], saved[3]
+    return subprocess.CompletedProcess(["eu-audit", *args], code, out.getvalue(), err.getvalue())
 
 
 HEAVY = ("torch", "transformers", "llama_cpp", "agentdojo")  # each costs seconds to import

@@ -95,14 +95,23 @@ class DiskReport:
         return counts, examples, unread
 
 
-def _copy(db: Path, into: Path) -> Path:
-    """The database with its ``-wal`` and ``-journal`` beside it, copied (reading a live WAL database
-    would write its ``-shm``; a copy leaves the agent's files as they were)."""
-    for suffix in ("", "-wal", "-journal"):
+def _copy(db: Path, into: Path) -> list[Path]:
+    """The database with its ``-wal`` and ``-journal`` beside it, copied: reading a live WAL database would
+    write its ``-shm``, and a copy leaves the agent's files as they were. The journals first: SQLite
+    deletes a WAL when its last connection closes, after checkpointing it into the database, so a WAL
+    gone before its copy left its pages in the database copied after it (never the other way round).
+    Returns the copies, the database first."""
+    got = []
+    for suffix in ("-wal", "-journal", ""):
         src = db.with_name(db.name + suffix)
-        if src.exists():
+        try:
             shutil.copyfile(src, into / (db.name + suffix))
-    return into / db.name
+        except FileNotFoundError:
+            if not suffix:
+                raise
+            continue  # checkpointed and removed: its pages are in the database
+        got.append(into / (db.name + suffix))
+    return [got[-1], *got[:-1]]
 
 
 def _text_of(value: Any) -> str | None:
@@ -197,18 +206,22 @@ def _orphans(con: sqlite3.Connection, file: str, report: DiskReport) -> None:
                     report.add("orphans", file, said, n, own=own)
 
 
-def _bytes(path: Path, file: str, matcher: TargetMatcher, page: int, report: DiskReport) -> None:
-    """z in the raw bytes, as UTF-8 (and UTF-16 for SQLite's other encodings), named by place: a database's
-    page, a WAL's frame (32-byte header, then frames of 24 + page bytes), a journal's byte, a file's byte."""
+def _bytes(
+    path: Path, file: str, matcher: TargetMatcher, page: int, report: DiskReport, shown: Path | None = None
+) -> None:
+    """z in the raw bytes of ``path`` (the file, or a copy of ``shown``), as UTF-8 (and UTF-16 for SQLite's
+    other encodings), named by place: a database's page, a WAL's frame (32-byte header, then frames of
+    24 + page bytes), a journal's byte, a file's byte."""
     raw = path.read_bytes()
     needles = {v for v in matcher.variants if v}
+    name = shown or path
 
     def place(at: int) -> str:
-        if path.name.endswith("-wal") and page:
-            return f"{path.name}, WAL frame {max(0, at - 32) // (page + 24) + 1}"
-        if page and str(path) == file:
+        if name.name.endswith("-wal") and page:
+            return f"{name.name}, WAL frame {max(0, at - 32) // (page + 24) + 1}"
+        if page and str(name) == file:
             return f"page {at // page + 1}"
-        return f"{path.name}, byte {at}"
+        return f"{name.name}, byte {at}"
 
     for text in needles:
         for form in {text, text.lower(), text.upper(), text.title()}:
@@ -252,11 +265,9 @@ def read_files(
         except Exception as exc:  # no embedder: the vector channel is not measured, never clean
             report.unread["(vectors)"] = f"no embedding of z could be made ({type(exc).__name__})"
     dbs = {f for f in files if _is_sqlite(f)}
-    for db in sorted(dbs):  # a database's WAL and journal hold its recent and its deleted pages too
-        files += [
-            s for s in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-journal")) if s.exists()
-        ]
-    files = list(dict.fromkeys(files))
+    # a database's WAL and journal hold its recent and its deleted pages too: read with it, from copies
+    sidecars = {d.with_name(d.name + s) for d in dbs for s in ("-wal", "-journal")}
+    files = [f for f in dict.fromkeys(files) if f not in sidecars]
     for f in files:
         try:
             if not f.is_file():
@@ -265,19 +276,22 @@ def read_files(
             if f.stat().st_size > MAX_FILE_BYTES:
                 report.unread[str(f)] = f"over {MAX_FILE_BYTES >> 20} MiB"
                 continue
-            main = next((d for d in dbs if f.name in (d.name + "-wal", d.name + "-journal")), None)
-            owner = str(main or f)  # a -wal or -journal counts as its database's
-            _bytes(f, owner, matcher, _page_size(main or f) if (f in dbs or main) else 0, report)
-            if f in dbs:
-                with tempfile.TemporaryDirectory(prefix="eu-audit-forensics-") as tmp:
-                    copy = _copy(f, Path(tmp))
-                    con = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
-                    try:
-                        _rows_and_vectors(con, str(f), matcher, targets, report)
-                        _orphans(con, str(f), report)
-                    finally:
-                        con.close()
-            report.read.append(str(f))
+            if f not in dbs:
+                _bytes(f, str(f), matcher, 0, report)
+                report.read.append(str(f))
+                continue
+            with tempfile.TemporaryDirectory(prefix="eu-audit-forensics-") as tmp:
+                copies = _copy(f, Path(tmp))
+                page = _page_size(copies[0])
+                for c in copies:  # named as the agent's files: page N, WAL frame N
+                    _bytes(c, str(f), matcher, page, report, shown=f.with_name(c.name))
+                con = sqlite3.connect(f"file:{copies[0]}?mode=ro", uri=True)
+                try:
+                    _rows_and_vectors(con, str(f), matcher, targets, report)
+                    _orphans(con, str(f), report)
+                finally:
+                    con.close()
+            report.read += [str(f.with_name(c.name)) for c in copies]
         except (OSError, sqlite3.Error) as exc:
             report.unread[str(f)] = f"{type(exc).__name__}: {exc}"[:200]
     return report
