@@ -75,6 +75,11 @@ def test_an_agent_that_cannot_take_a_lane_is_refused_and_one_that_leaves_it_fail
     assert rc == 2 and "tenant_model_url" in said and not (tmp_path / "naive.jsonl").exists(), said
     rc, said = _record(serve, "stray", 2, tmp_path / "stray.jsonl")
     assert rc == 3 and "root URL" in said and not (tmp_path / "stray.jsonl").exists(), said
+    # one tenant at a time the root URL is marked too: the same agent's calls there are its tenant's
+    rc, said = _record(serve, "stray", 1, tmp_path / "stray-one.jsonl")
+    assert rc == 0, said
+    one = _residues(tmp_path / "stray-one.jsonl")
+    assert all(calls and with_z == calls for sid, (calls, with_z) in one.items() if sid.endswith("/agent"))
     proc = run_cli("record", "--agent", "tests.scripted_agents:lanes", "--concurrency", "0")
     assert proc.returncode == 2 and "--concurrency" in proc.stderr
 

@@ -36,7 +36,8 @@ What each call means (what a stranger would otherwise have to guess):
   agent calls them. ``model_base_url``, sent to every session of an agent whose capabilities say
   ``tenant_model_url`` (one tenant at a time too), is where every model call for this tenant must go from
   now on, chat, completions and embeddings alike (serve's lane for the tenant: tenants are told apart by
-  where their calls arrive, and a call on serve's root URL fails the run). ``GET {model_base_url}/models``
+  where their calls arrive; one tenant at a time, a call on serve's root URL is still attributed by the
+  harness's mark, while tenants side by side fail the run on it). ``GET {model_base_url}/models``
   answers there too; whether an agent lists models is its own business, it is never audited.
   The agent's model calls while it runs its own ``forget`` (an LLM that rewrites a memory) are logged in
   serve's log under phase ``forget``: neither before nor after the forget, so never residue.

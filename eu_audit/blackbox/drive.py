@@ -333,8 +333,9 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     caps = guarded(f"agent {opts.agent}, capabilities", agent.capabilities)
     _check_concurrency(opts, serve, caps)
     start_seq = serve.position()  # this run's entries of serve's log start here
-    # a lane per tenant whenever the agent takes a model URL per tenant, one tenant at a time too: its
-    # calls are then attributed by where they arrive, never by marks on serve's shared root URL
+    # a lane per tenant whenever the agent takes a model URL per tenant, one tenant at a time too; there
+    # the root URL is marked as well, so a call the agent sends to it (a shared embedder) still counts.
+    # Tenants at the same time are told apart only by their lanes: a call on the root fails that run
     per_tenant = serve.url is not None and (opts.concurrency > 1 or caps.tenant_model_url)
     state_dir = opts.state_dir or out.with_name(out.name + ".state")
     made_state = not state_dir.exists()
@@ -354,7 +355,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
 
     def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
         i, ep, method, world = job
-        lane = serve.for_tenant() if per_tenant else serve
+        lane = serve.for_tenant(mirror=opts.concurrency == 1) if per_tenant else serve
         if lane.lane:
             lanes[lane.lane] = (f"s{i}", method)
         name = names[(i, method)]
@@ -366,11 +367,11 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     try:
         driven = _drive_all(_in_random_order(canonical), drive_one, opts)
         entries, digest = serve.log(start_seq)
-        stray = _unattributed(entries, set(tenants)) if per_tenant else 0
+        stray = _unattributed(entries, set(tenants)) if opts.concurrency > 1 else 0
         if stray:
             raise AgentFailed(
                 f"the agent sent {stray} model call(s) to serve's root URL ({serve.url}/v1/...) while "
-                "its tenants had lanes of their own: no tenant can be held to them. It must send each "
+                "tenants ran at the same time: no tenant can be held to them. It must send each "
                 "tenant's calls to the model_base_url it was started with"
             )
     except BaseException:

@@ -47,6 +47,9 @@ class ServeControl:
         self.key = key_id(secret) if secret else ""
         self.lane = lane  # None: the root lane, every model call of a run driven one tenant at a time
         self.numbers = numbers or CallNumbers()
+        #: a lane that also marks and pins serve's root URL (one tenant at a time): a call the agent sends to
+        #: the root (a store's shared embedder) is still this tenant's, by the mark
+        self.mirror = False
 
     @classmethod
     def open(cls, url: str | None, control_file: Path | None) -> ServeControl:
@@ -85,25 +88,35 @@ class ServeControl:
             )
         return got
 
+    def _lanes(self) -> list[str | None]:
+        return [self.lane, None] if self.mirror and self.lane is not None else [self.lane]
+
     def mark(self, **tag: Any) -> None:
-        self._call("/eu-audit/v1/mark", {"tag": tag, "lane": self.lane})
+        for lane in self._lanes():
+            self._call("/eu-audit/v1/mark", {"tag": tag, "lane": lane})
 
     def unmark(self) -> None:
         """Calls from now on belong to no tenant (a tenant's run is over)."""
-        self._call("/eu-audit/v1/mark", {"tag": None, "lane": self.lane})
+        for lane in self._lanes():
+            self._call("/eu-audit/v1/mark", {"tag": None, "lane": lane})
 
     def greedy(self) -> None:
-        self._call("/eu-audit/v1/decoding", {"mode": "greedy", "lane": self.lane})
+        for lane in self._lanes():
+            self._call("/eu-audit/v1/decoding", {"mode": "greedy", "lane": lane})
 
     def sampled(self, temperature: float, seed: int) -> None:
-        body = {"mode": "sampled", "temperature": temperature, "seed": seed, "lane": self.lane}
-        self._call("/eu-audit/v1/decoding", body)
+        for lane in self._lanes():
+            body = {"mode": "sampled", "temperature": temperature, "seed": seed, "lane": lane}
+            self._call("/eu-audit/v1/decoding", body)
 
-    def for_tenant(self) -> ServeControl:
+    def for_tenant(self, *, mirror: bool = False) -> ServeControl:
         """A fresh lane of serve for one tenant (its own marks and pinned decoding): the agent is told to
         send that tenant's model calls to ``model_base_url``, so calls of tenants driven at the same time
-        are told apart by where they arrive."""
-        return ServeControl(self.url, self.secret, secrets.token_hex(16), self.numbers)
+        are told apart by where they arrive. ``mirror`` (one tenant at a time): the root URL is marked and
+        pinned the same way, so a call the agent sends there anyway is still attributed to the tenant."""
+        lane = ServeControl(self.url, self.secret, secrets.token_hex(16), self.numbers)
+        lane.mirror = mirror
+        return lane
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """serve's own embeddings of ``texts``, asked on a lane of the harness's own, marked "forensics"

@@ -417,8 +417,10 @@ def create_app(agent: Mem0Agent) -> FastAPI:
 
     @app.get(p + "/capabilities")
     def capabilities() -> dict[str, Any]:
+        # a shared store has one embedder and one LLM client for every user: its calls cannot follow a
+        # lane per tenant, so it takes none (one tenant at a time, told apart by serve's marks)
         return {"version": CONTRACT, "name": "mem0-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True,
+                "store_dump": True, "compact": True, "tenant_model_url": not agent.shared, "restart": True,
                 "store_files": True}  # fmt: skip
 
     app.post(p + "/sessions")(locked(agent.start))
