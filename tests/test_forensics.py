@@ -164,3 +164,18 @@ def test_store_path_names_the_files_of_an_agent_that_does_not_and_the_rows_it_hi
     report = audit(out, AuditOptions())
     got = {g.rule: g.outcome for g in evaluate(report, ["agent.residue_store==0", "agent.disk.rows==0"])}
     assert got == {"agent.residue_store==0": "held", "agent.disk.rows==0": "failed"}, got
+
+
+def test_a_bystander_memory_gone_from_its_store_is_lost_even_if_a_history_table_still_quotes_it() -> None:
+    from eu_audit.blackbox import bystander
+    from eu_audit.blackbox.contract import StoredItem, StoreDump
+
+    texts = [text for _, text, _ in bystander.RECORDS]
+    before = StoreDump(items=[StoredItem(store=s, text=t) for t in texts for s in ("memory", "history")])
+    history_only = StoreDump(items=[StoredItem(store="history", text=f"ADD: {t}") for t in texts])
+    got = bystander.kept(before, history_only)  # mem0#3746: the vector store reset, the history rows left
+    assert got.lost == len(texts) and "gone from memory" in got.example
+    rewritten = StoreDump(  # a library that rewrites what it stores still keeps it, by the phrase
+        items=[StoredItem(store=s, text=t.upper()) for t in texts for s in ("memory", "history")]
+    )
+    assert bystander.kept(before, rewritten).lost == 0

@@ -2,7 +2,8 @@
 
 - **A bystander** is a second tenant of the same agent, started beside the one that forgets and given
   memories of its own (nothing of z). After the first tenant's forget, every one of them must still be in
-  the bystander's dump: a forget for one user that wipes others (``delete_all(user_id)`` resetting a whole
+  each store of the bystander's dump that held it just before the forget: a forget for one user that wipes
+  others (``delete_all(user_id)`` resetting a whole
   vector store, a compaction deleting history outside its window) loses them. The count lost is the
   metric ``bystander`` (``agent.bystander==0``); it needs ``memory_inject`` and ``store_dump``.
 - **A no-op**: the agent's dump right after its forget equal to the one right before it. The forget
@@ -47,11 +48,22 @@ def memories() -> list[MemoryRecord]:
     return [MemoryRecord(id=rid, text=text) for rid, text, _ in RECORDS]
 
 
-def kept(dump: StoreDump) -> Kept:
-    """Which of the bystander's memories its dump still shows (by each one's phrase, so a memory library
-    that rewrites what it stores still counts as keeping it)."""
-    texts = " \n".join(item.text.lower() for item in dump.items)
-    lost = [text for _, text, phrase in RECORDS if phrase not in texts]
+def _stores_with(dump: StoreDump, phrase: str) -> set[str]:
+    return {item.store for item in dump.items if phrase in item.text.lower()}
+
+
+def kept(before: StoreDump, after: StoreDump) -> Kept:
+    """Which of the bystander's memories are still where they were: a memory (found by its phrase, so a
+    library that rewrites what it stores still counts as keeping it) is lost when a store that showed it
+    right before the forget no longer does. Store by store, because an agent's history or audit table
+    that still quotes a memory its memory store lost does not keep the memory (mem0#3746: the vector store
+    reset, the history rows left)."""
+    lost = []
+    for _, text, phrase in RECORDS:
+        gone = sorted(_stores_with(before, phrase) - _stores_with(after, phrase))
+        if gone or not _stores_with(before, phrase):
+            where = f"gone from {', '.join(gone)}" if gone else "never stored"
+            lost.append(f"{text} ({where})")
     return Kept(len(RECORDS), len(lost), lost[0] if lost else "")
 
 

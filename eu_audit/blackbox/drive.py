@@ -185,6 +185,7 @@ def _forget(
         for rec in bystander_tenant.memories():
             inject = functools.partial(d.agent.inject_memory, bystander, rec)
             d.call(f"episode {ep.id}, {d.sid}, bystander memory", inject)
+        had = d.call(f"episode {ep.id}, {d.sid}, bystander dump", lambda: agent.dump(bystander))
     before = d.dump("before the forget, ")
     t0 = time.perf_counter()
     got = d.call(f"episode {ep.id}, {d.sid}, forget", lambda: agent.forget(tenant, request))
@@ -203,7 +204,7 @@ def _forget(
     by = None
     if watching:
         dumped = d.call(f"episode {ep.id}, {d.sid}, bystander dump", lambda: agent.dump(bystander))
-        by = bystander_tenant.kept(dumped)
+        by = bystander_tenant.kept(had, dumped)
         d.call(f"episode {ep.id}, {d.sid}, bystander reset", lambda: agent.reset(bystander))
     # before any later turn can evict what the forget left (--recheck at-once)
     at_once = d.rechecks("agent", TargetMatcher.of(ep.target.value, ep.target.variants), at_once=True)
