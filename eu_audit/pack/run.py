@@ -98,11 +98,18 @@ def _evidence(audit: Path, failed: list[str]) -> str:
     from eu_audit.audits.model import read_report
 
     rep = read_report(audit)
+    lost = next((str(s.residue["bystander"].get("example", "")) for s in rep.states
+                 if s.method == "agent" and s.residue.get("bystander", {}).get("lost")), "")  # fmt: skip
     said = []
     for g in rep.gates:
         if g.rule in failed:
             channel, place = rule_place(rep, g)
-            said.append(f"{g.rule}: {channel}: {place}" if channel else f"{g.rule}: {g.detail}")
+            if channel:
+                said.append(f"{g.rule}: {channel}: {place}")
+            elif "bystander" in g.rule and lost:  # which memory of the other tenant, from which store
+                said.append(f"{g.rule}: a bystander's memory lost: {lost}")
+            else:
+                said.append(f"{g.rule}: {g.detail}")
     return " | ".join(said)
 
 
