@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,33 +146,14 @@ def http_process(
     argv: list[str], health: str = "/health", env: dict[str, str] | None = None
 ) -> Iterator[str]:
     """A server in a child process (``argv`` gets ``--port P``), real HTTP on loopback; yields its URL once
-    ``health`` answers. Its output is shown if it dies before that."""
-    from eu_audit.engines.llamacpp_server import free_port
+    ``health`` answers. Its output is shown if it dies before that (``eu_audit.servers``)."""
+    from eu_audit.servers import child_server
 
-    port = free_port()
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            [*argv, "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    with urllib.request.urlopen(url + health, timeout=2):
-                        break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        log.seek(0)
-                        raise RuntimeError(log.read().decode()[-2000:]) from None
-                    time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        child_server(argv, health, Path(tmp) / "out.log", env, 180) as url,
+    ):
+        yield url
 
 
 def cli_server(*args: str) -> contextlib.AbstractContextManager[str]:

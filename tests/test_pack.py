@@ -85,3 +85,27 @@ def test_the_runner_fails_the_release_with_the_bug_naming_the_place_and_holds_th
     assert "recall 1 of 1 releases with the bug" in said and "false alarms 0 of 1 fixed releases" in said
     assert "| failed | " in said and "| held |" in said
     assert "memory_vectors" in said  # where the failed verdict named the orphans
+
+
+def test_a_fixed_release_the_gate_fails_is_a_false_alarm_and_a_missed_bug_lowers_recall() -> None:
+    from eu_audit.pack.case import Case
+    from eu_audit.pack.run import ReleaseResult
+    from eu_audit.pack.table import figures, table
+
+    case = Case.model_validate(
+        {
+            "name": "c", "stack": "s", "bug": "https://github.com/e/e/issues/1", "title": "t", "leaves": "l",
+            "agent": "a.py", "gate": ["agent.disk.rows==0"],
+            "releases": [
+                {"name": "buggy", "pins": ["x==1"], "expect": "failed", "where": "history"},
+                {"name": "fixed", "pins": ["x==2"], "expect": "held"},
+            ],
+        }
+    )  # fmt: skip
+    missed = ReleaseResult("c", "s", "buggy", ["x==1"], "failed", verdict="failed", where="other table")
+    alarm = ReleaseResult("c", "s", "fixed", ["x==2"], "held", verdict="failed", where="history")
+    assert figures([case], [missed, alarm]) == (
+        "recall 0 of 1 releases with the bug (failed, naming the place)",
+        "false alarms 1 of 1 fixed releases",
+    )
+    assert "failed (expected held)" in "\n".join(table([case], [missed, alarm]))

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from eu_audit.errors import RunFailed
 from eu_audit.pack.case import Case, Release
+from eu_audit.servers import child_server
 
-#: seconds a server (serve, a case's agent) has to answer its health check
-START_S = 300
 #: the verdicts of a case's rules, worst first (``eu_audit.view.pages.overall``)
 EU_AUDIT = [sys.executable, "-m", "eu_audit.cli"]
 
@@ -52,43 +49,11 @@ class ReleaseResult:
 
 
 @contextlib.contextmanager
-def _server(argv: list[str], health: str, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """A child process serving HTTP on a free loopback port (``argv`` gets ``--port P``); yields its URL
-    once ``health`` answers, and stops it on the way out. Its output goes to ``log``."""
-    from eu_audit.engines.llamacpp_server import free_port
-
-    port = free_port()
-    with open(log, "ab") as out:
-        environ = {**os.environ, **(env or {})}
-        argv = [*argv, "--port", str(port)]
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environ)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            try:
-                with urllib.request.urlopen(url + health, timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = log.read_bytes()[-600:].decode(errors="replace")
-                    raise RunFailed(f"{argv[0]} did not start (its output, {log}): {tail}") from None
-                time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-@contextlib.contextmanager
 def serving(model: str, out: Path) -> Iterator[str]:
     """``eu-audit serve`` for one model, its log and control secret where ``serve`` puts them by default."""
     out.mkdir(parents=True, exist_ok=True)
     argv = [*EU_AUDIT, "serve", "--model", model, "--log", str(out / f"serve-{model}.jsonl"), "--force"]
-    with _server(argv, "/health", out / f"serve-{model}.out") as url:
+    with child_server(argv, "/health", out / f"serve-{model}.out") as url:
         yield url
 
 
@@ -134,7 +99,7 @@ def run_release(
         args = [*case.agent_args, *release.agent_args]
         agent = [str(python), str(root / case.agent), "--data", str(folder / "agent-data"), *args]
         env = {"OPENAI_BASE_URL": f"{serve}/v1", "OPENAI_API_KEY": "unused"}
-        with _server(agent, "/eu-audit/v1/capabilities", folder / "agent.out", env) as url:
+        with child_server(agent, "/eu-audit/v1/capabilities", folder / "agent.out", env) as url:
             say(f"{case.name} {release.name}: record --agent ({case.suite}, n = {case.n})")
             bundle = folder / "bundle.jsonl"
             record = [*EU_AUDIT, "record", "--agent", url, "--serve", serve, "--suite", case.suite]
