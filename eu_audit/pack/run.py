@@ -1,8 +1,9 @@
 """``eu-audit pack run``: each case's releases through the gate, as a CI job would gate them.
 
 Per pack run, one ``eu-audit serve`` per model. Per case and release: the release's venv (``venvs``), the
-case's agent started in it with its model at serve, ``record --agent`` (the agent's own forget, its
-reference and its no-forget control), ``audit`` with the case's rules, and the verdict compared with the
+case's agent started in it with its model at serve, the library's ``record_agent`` (the agent's own
+forget, its reference and its no-forget control) and ``audit`` with the case's rules in this process (the
+audit's models stay loaded from one release to the next), and the verdict compared with the
 one the case expects: *failed* naming its place on the release that has the bug, *held* on the one that
 fixed it. Everything runs on loopback and stops when the run does.
 """
@@ -11,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from eu_audit.errors import RunFailed
+from eu_audit.errors import EuAuditError
 from eu_audit.pack.case import Case, Release
 from eu_audit.servers import child_server
 
@@ -83,6 +83,11 @@ def run_release(
 ) -> ReleaseResult:
     """One release of one case through serve, record and audit; never raises for the case's own failure
     (a release that cannot run is a result that says so)."""
+    from eu_audit.audit import AuditOptions, audit
+    from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+    from eu_audit.evidence import mask_for
+    from eu_audit.gate import evaluate, exit_code
+    from eu_audit.jsonl import atomic_writer
     from eu_audit.pack.venvs import venv_for
     from eu_audit.view.pages import overall
 
@@ -99,31 +104,28 @@ def run_release(
         args = [*case.agent_args, *release.agent_args]
         agent = [str(python), str(root / case.agent), "--data", str(folder / "agent-data"), *args]
         env = {"OPENAI_BASE_URL": f"{serve}/v1", "OPENAI_API_KEY": "unused"}
+        bundle, audit_json = folder / "bundle.jsonl", folder / "audit.json"
         with child_server(agent, "/eu-audit/v1/capabilities", folder / "agent.out", env) as url:
             say(f"{case.name} {release.name}: record --agent ({case.suite}, n = {case.n})")
-            bundle = folder / "bundle.jsonl"
-            record = [*EU_AUDIT, "record", "--agent", url, "--serve", serve, "--suite", case.suite]
-            record += ["--n", str(case.n), "--k", "1", "--seed", "0", "--out", str(bundle), "--force"]
-            with open(folder / "record.out", "wb") as log:
-                got = subprocess.run(record, stdout=log, stderr=subprocess.STDOUT, timeout=3600)
-            if got.returncode != 0:
-                raise RunFailed(f"record exited {got.returncode} (see {folder / 'record.out'})")
-        audit_json = folder / "audit.json"
-        gates = [x for rule in case.gate for x in ("--gate", rule)]
-        audit = [*EU_AUDIT, "audit", str(bundle), *gates, "--json", str(audit_json), "--force"]
-        with open(folder / "audit.out", "wb") as log:
-            got = subprocess.run(audit, stdout=log, stderr=subprocess.STDOUT, timeout=3600)
-        result.exit_code = got.returncode
-        if got.returncode not in (0, 1, 4) or not audit_json.is_file():
-            raise RunFailed(f"audit exited {got.returncode} (see {folder / 'audit.out'})")
-        outcomes = {g["rule"]: g["outcome"] for g in json.loads(audit_json.read_text())["gates"]}
+            record_agent(
+                AgentRecordOptions(
+                    agent=url, serve=serve, suite=case.suite, n=case.n, k=1, seed=0, out=bundle, force=True
+                )
+            )
+        # audited as `eu-audit audit BUNDLE --gate ... --json` does it: masked, then decided
+        rep = mask_for(bundle).report(audit(bundle, AuditOptions(k=1)))
+        rep.gates = evaluate(rep, case.gate)
+        with atomic_writer(audit_json, private=True) as f:
+            f.write(rep.model_dump_json(indent=1))
+        result.exit_code = exit_code(rep.gates)
+        outcomes: dict[str, str] = {g.rule: str(g.outcome) for g in rep.gates}
         result.rules = outcomes
         result.verdict = overall(list(outcomes.values()))
         failed = [r for r, o in outcomes.items() if o == "failed"]
         result.where = _evidence(audit_json, failed) if failed else ""
         result.named = bool(release.where) and release.where in result.where
         result.as_expected = result.verdict == release.expect and (release.expect != "failed" or result.named)
-    except (RunFailed, subprocess.SubprocessError, OSError) as exc:
+    except (EuAuditError, OSError) as exc:
         result.verdict, result.detail = "run failed", str(exc)[:400]
     result.seconds = round(time.monotonic() - t0, 1)
     return result
