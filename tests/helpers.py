@@ -104,6 +104,7 @@ def _in_process(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
 
     out, err = io.StringIO(), io.StringIO()
     saved = (sys.argv, signal.getsignal(signal.SIGTERM), cli_app.out._width, cli_app.err._width)
+    debug = os.environ.get(cli_app.DEBUG_ENV)  # --debug sets it for the rest of its process: this call's
     cli_app.out.width = cli_app.err.width = 200
     code = 0
     try:
@@ -117,6 +118,10 @@ def _in_process(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
         sys.argv = saved[0]
         signal.signal(signal.SIGTERM, saved[1])
         cli_app.out._width, cli_app.err._width = saved[2], saved[3]
+        if debug is None:
+            os.environ.pop(cli_app.DEBUG_ENV, None)
+        else:
+            os.environ[cli_app.DEBUG_ENV] = debug
     return subprocess.CompletedProcess(["eu-audit", *args], code, out.getvalue(), err.getvalue())
 
 
