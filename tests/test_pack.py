@@ -83,7 +83,7 @@ def test_the_runner_fails_the_release_with_the_bug_naming_the_place_and_holds_th
         "sqlite-cascade-buggy.audit.json", "sqlite-cascade-fixed.audit.json"
     ]  # fmt: skip
     assert "recall 1 of 1 releases with the bug" in said and "false alarms 0 of 1 fixed releases" in said
-    assert "| failed | " in said and "| held |" in said
+    assert "| failed, n = 1 | " in said and "| held, n = 1 |" in said
     assert "memory_vectors" in said  # where the failed verdict named the orphans
 
 
@@ -108,4 +108,4 @@ def test_a_fixed_release_the_gate_fails_is_a_false_alarm_and_a_missed_bug_lowers
         "recall 0 of 1 releases with the bug (failed, naming the place)",
         "false alarms 1 of 1 fixed releases",
     )
-    assert "failed (expected held)" in "\n".join(table([case], [missed, alarm]))
+    assert "failed, n = 1 (expected held)" in "\n".join(table([case], [missed, alarm]))

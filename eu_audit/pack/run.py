@@ -17,12 +17,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eu_audit.errors import EuAuditError
 from eu_audit.pack.case import Case, Release
 from eu_audit.servers import child_server
 
-#: the verdicts of a case's rules, worst first (``eu_audit.view.pages.overall``)
+if TYPE_CHECKING:
+    from eu_audit.audits.model import AuditReport
+
+#: the CLI as a child process (serve runs as its own server)
 EU_AUDIT = [sys.executable, "-m", "eu_audit.cli"]
 
 
@@ -57,12 +61,10 @@ def serving(model: str, out: Path) -> Iterator[str]:
         yield url
 
 
-def _evidence(audit: Path, failed: list[str]) -> str:
-    """The channel and quoted place each failed rule names, from the audit JSON (masked as it is)."""
+def _evidence(rep: AuditReport, failed: list[str]) -> str:
+    """The channel and quoted place each failed rule names, from the (masked) audit."""
     from eu_audit.audits.ci_formats import rule_place
-    from eu_audit.audits.model import read_report
 
-    rep = read_report(audit)
     lost = next((str(s.residue["bystander"].get("example", "")) for s in rep.states
                  if s.method == "agent" and s.residue.get("bystander", {}).get("lost")), "")  # fmt: skip
     said = []
@@ -122,7 +124,7 @@ def run_release(
         result.rules = outcomes
         result.verdict = overall(list(outcomes.values()))
         failed = [r for r, o in outcomes.items() if o == "failed"]
-        result.where = _evidence(audit_json, failed) if failed else ""
+        result.where = _evidence(rep, failed) if failed else ""
         result.named = bool(release.where) and release.where in result.where
         result.as_expected = result.verdict == release.expect and (release.expect != "failed" or result.named)
     except (EuAuditError, OSError) as exc:

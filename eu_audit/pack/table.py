@@ -21,11 +21,12 @@ def read_results(path: Path) -> list[ReleaseResult]:
     return list(latest.values())
 
 
-def _word(r: ReleaseResult | None) -> str:
+def _word(r: ReleaseResult | None, n: int) -> str:
+    """One word and its n (the release ran the case's sessions), and what was expected where it differs."""
     if r is None:
         return "not run"
     mark = "" if r.as_expected else " (expected " + r.expect + ")"
-    return f"{r.verdict}{mark}"
+    return f"{r.verdict}, n = {n}{mark}" if r.verdict != "run failed" else f"{r.verdict}{mark}"
 
 
 def figures(cases: list[Case], results: list[ReleaseResult]) -> tuple[str, str]:
@@ -57,7 +58,7 @@ def table(cases: list[Case], results: list[ReleaseResult]) -> list[str]:
             if rel is None:
                 cells += [c.fixed or "none", "-"]
                 continue
-            cells += [", ".join(rel.pins), _word(by.get((c.name, rel.name)))]
+            cells += [", ".join(rel.pins), _word(by.get((c.name, rel.name)), c.n)]
         lines.append("| " + " | ".join(cells) + " |")
     recall, false = figures(cases, results)
     return [*lines, "", f"{recall}; {false}."]
