@@ -182,9 +182,9 @@ def statement(
     report: AuditReport, subjects: Sequence[tuple[str, str]], audit_name: str, variant_digests: list[str]
 ) -> dict[str, Any]:
     """The in-toto Statement: subjects (name, sha256) and the test-result predicate of the gates."""
-    from eu_audit.gate import default_rules, evaluate
+    from eu_audit.gate import gate_results
 
-    verdicts = report.gates or evaluate(report, default_rules(report))
+    verdicts = gate_results(report)
     outcomes = {g.outcome for g in verdicts}
     result = result_of(outcomes)
     rules = [g.model_dump(mode="json", exclude={"held"}) for g in verdicts]

@@ -256,3 +256,19 @@ def not_measured(report: AuditReport) -> list[tuple[str, str, str]]:
                 if why:
                     out.append((method, m.name, "; ".join(why)))
     return out
+
+
+#: the order in which one word sums up several rules: the worst outcome any rule gave
+OUTCOME_ORDER = ("failed", "inconclusive", "insensitive", "held")
+
+
+def overall(outcomes: Iterable[str]) -> str:
+    """One word for a set of rule outcomes: the worst of them; "no rules" when nothing was gated."""
+    seen = set(outcomes)
+    return next((o for o in OUTCOME_ORDER if o in seen), "no rules")
+
+
+def gate_results(report: AuditReport) -> list[GateResult]:
+    """The rules an audit was gated on, or, without any, each method's default rules: what JUnit, the
+    receipt, SARIF, the job summary and the viewer read."""
+    return list(report.gates) or evaluate(report, default_rules(report))

@@ -59,7 +59,7 @@ def sarif(rep: AuditReport, artifact: str) -> dict[str, Any]:
     """A SARIF 2.1.0 log: one result per rule that failed, was inconclusive or insensitive; ``artifact``
     is the file each result points at (the audited bundle, or the agent's source), relative to the
     repository root the CI checks out."""
-    from eu_audit.view.pages import gate_results
+    from eu_audit.gate import gate_results
 
     gates = gate_results(rep)
     rules = [
@@ -119,7 +119,7 @@ def summary_markdown(rep: AuditReport) -> str:
     """A job summary a reader takes in at a glance: one word, one row per rule (outcome, n, what would
     decide it), the channels where z stayed with one quoted place, and where the details are."""
     from eu_audit.audits.output import channel_lines, tamper_lines
-    from eu_audit.view.pages import gate_results, overall
+    from eu_audit.gate import gate_results, overall
 
     gates = gate_results(rep)
     word = overall([g.outcome for g in gates])

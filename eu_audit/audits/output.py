@@ -439,9 +439,9 @@ def junit_xml(report: AuditReport) -> str:
     against the floor (``gate.default_rules``). Held passes; failed is a failure; inconclusive is a failure
     of type ``inconclusive`` whose message says what n would decide it; an errored state is an error.
     Metrics a kind of agent cannot be measured on are not cases: they are listed in system-out."""
-    from eu_audit.gate import default_rules, evaluate, not_measured, parse_rule
+    from eu_audit.gate import gate_results, not_measured, parse_rule
 
-    verdicts = report.gates or evaluate(report, default_rules(report))
+    verdicts = gate_results(report)
     root = ET.Element("testsuites", name="eu-audit")
     by_suite: dict[str, ET.Element] = {}
     counts: dict[str, list[int]] = {}

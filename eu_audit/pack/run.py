@@ -88,10 +88,9 @@ def run_release(
     from eu_audit.audit import AuditOptions, audit
     from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
     from eu_audit.evidence import mask_for
-    from eu_audit.gate import evaluate, exit_code
+    from eu_audit.gate import evaluate, exit_code, overall
     from eu_audit.jsonl import atomic_writer
     from eu_audit.pack.venvs import venv_for
-    from eu_audit.view.pages import overall
 
     folder = out / case.name / release.name
     folder.mkdir(parents=True, exist_ok=True)

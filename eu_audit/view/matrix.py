@@ -48,8 +48,7 @@ def with_suite(rule: str, suite: str) -> str:
 
 def suite_verdict(rep: AuditReport, suite: str) -> tuple[str, int]:
     """The audit's rules on one suite's sessions, decided again: the worst outcome, and the sessions."""
-    from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate, parse_rule
-    from eu_audit.view.pages import overall
+    from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate, overall, parse_rule
 
     rules = [g.rule for g in rep.gates if g.rule not in PSEUDO_RULES] or default_rules(rep)
     mine = [r for r in rules if parse_rule(r).method == AGENT and parse_rule(r).suite in ("all", suite)]

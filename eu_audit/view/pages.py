@@ -5,26 +5,18 @@ JUnit file and the Markdown report use, so the four never disagree."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from eu_audit.audits.metric import TABLE_TITLES, table_metrics
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 from eu_audit.audits.output import fmt, row_order, shown_suites
+from eu_audit.gate import gate_results, overall
 from eu_audit.sensitivity import CONTROL
 from eu_audit.trace.records import BLACK_BOX_ENGINE
 
-#: the order in which one word sums up several rules: the worst outcome any rule gave
-OUTCOME_ORDER = ("failed", "inconclusive", "insensitive", "held")
 #: a session's text shown in full up to this many characters (the rest one click away in the JSON)
 QUOTE_CHARS = 400
-
-
-def overall(outcomes: Sequence[str]) -> str:
-    """One word for a set of rule outcomes: the worst of them; "no rules" when nothing was gated."""
-    seen = set(outcomes)
-    return next((o for o in OUTCOME_ORDER if o in seen), "no rules")
 
 
 def short(text: str, limit: int = QUOTE_CHARS) -> str:
@@ -128,13 +120,6 @@ class AuditPage:
     @property
     def n_sessions(self) -> int:
         return len({s.session_id for s in self.report.states})
-
-
-def gate_results(rep: AuditReport) -> list[GateResult]:
-    """The rules the audit was gated on, or, without any, each method's default rules (as JUnit reads it)."""
-    from eu_audit.gate import default_rules, evaluate
-
-    return list(rep.gates) or evaluate(rep, default_rules(rep))
 
 
 def decided_now(rep: AuditReport) -> list[tuple[GateResult, str]]:

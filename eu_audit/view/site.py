@@ -19,7 +19,8 @@ from typing import Any
 
 from eu_audit.audits.model import AuditReport
 from eu_audit.errors import BadInput
-from eu_audit.view.pages import AuditPage, audit_page, overall
+from eu_audit.gate import overall
+from eu_audit.view.pages import AuditPage, audit_page
 
 #: written into every site: a folder holding it is a site ``view`` made, and may be replaced
 MARKER = ".eu-audit-view"
