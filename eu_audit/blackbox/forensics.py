@@ -74,10 +74,13 @@ class DiskReport:
     def counts(
         self, shared: frozenset[str] | set[str] = frozenset()
     ) -> tuple[dict[str, int], dict[str, str], dict[str, str]]:
-        """(channel -> count, channel -> one place, file -> why not measured) for this tenant. A file that
-        other tenants of the run keep their data in too (``shared``) counts only rows that name this
-        tenant; its raw bytes cannot be told apart, so z there is said (the example), never counted."""
+        """(channel -> count, channel -> its places, file -> why not measured) for this tenant. A file
+        that other tenants of the run keep their data in too (``shared``) counts only rows that name this
+        tenant; its raw bytes cannot be told apart, so z there is said (the example), never counted.
+        A channel's places are one per table (raw bytes: per file), up to ``PLACES_SHOWN``, joined by "; ":
+        a reader sees every table that kept z, not only the first one read."""
         counts, examples = dict.fromkeys(DISK_TIERS, 0), dict[str, str]()
+        places: dict[str, dict[str, str]] = {}  # tier -> table (file: table.column) -> its first place
         unread = dict(self.unread)
         unattributed: list[str] = []
         for f in self.found:
@@ -86,13 +89,23 @@ class DiskReport:
                     unattributed.append(Path(f.file).name)
                 continue
             counts[f.tier] += f.n
-            examples.setdefault(f.tier, f"{Path(f.file).name}: {f.where}")
+            place = f"{Path(f.file).name}: {f.where}"
+            key = Path(f.file).name if f.tier == "bytes" else place.split(" (")[0]  # a file's first page
+            places.setdefault(f.tier, {}).setdefault(key, place)
+        for tier, seen in places.items():
+            shown = list(seen.values())[:PLACES_SHOWN]
+            more = len(seen) - len(shown)
+            examples[tier] = "; ".join(shown) + (f"; and {more} more" if more else "")
         if unattributed and not counts["bytes"]:  # said, not counted: no tenant can be held to them
             examples["bytes"] = (
                 f"not attributed: z in the raw bytes of {', '.join(unattributed)}, which other tenants of "
                 "the run share"
             )
         return counts, examples, unread
+
+
+#: how many tables (or file regions) a disk channel's example names
+PLACES_SHOWN = 3
 
 
 def _copy(db: Path, into: Path) -> list[Path]:

@@ -37,6 +37,8 @@ def pack_list(cases: Cases = DEFAULT_CASES) -> None:
         table.add_column(col)
     for c in load_cases(cases):
         releases = "; ".join(f"{r.name}: {', '.join(r.pins)} -> {r.expect}" for r in c.releases)
+        if not c.runnable:
+            releases = f"not reproduced here: {c.not_reproduced} ({releases})"
         table.add_row(Text(c.name), Text(c.stack), Text(c.leaves), Text(releases))
     out.print(table)
 

@@ -71,6 +71,13 @@ class Case(BaseModel):
     #: false: the agent runs in eu-audit's own interpreter, no venv and no pins (an agent whose libraries
     #: eu-audit already has, as the tests' own)
     venv: bool = True
+    #: a reported bug this pack could not reproduce here, and why (what it needs that a run cannot have);
+    #: the table lists it with the reason, ``pack run`` skips it, and recall never counts it
+    not_reproduced: str = ""
+
+    @property
+    def runnable(self) -> bool:
+        return not self.not_reproduced
 
     @model_validator(mode="after")
     def _releases(self) -> Case:

@@ -140,9 +140,13 @@ def run_pack(
     out.mkdir(parents=True, exist_ok=True)
     rows = out / "results.jsonl"
     results: list[ReleaseResult] = []
-    for model in dict.fromkeys(c.model for c in cases):
+    for case in cases:
+        if not case.runnable:
+            say(f"{case.name}: skipped, not reproduced here ({case.not_reproduced})")
+    runnable = [c for c in cases if c.runnable]
+    for model in dict.fromkeys(c.model for c in runnable):
         with serving(model, out) as serve:
-            for case in (c for c in cases if c.model == model):
+            for case in (c for c in runnable if c.model == model):
                 for release in case.releases:
                     if releases and release.name not in releases:
                         continue

@@ -55,13 +55,21 @@ def table(cases: list[Case], results: list[ReleaseResult]) -> list[str]:
         fixed = next((r for r in c.releases if r.expect == "held"), None)
         cells = [f"[{c.name}]({c.bug})", c.stack, c.leaves]
         for rel in (buggy, fixed):
+            if rel is not None and not c.runnable:
+                cells += [", ".join(rel.pins), "not reproduced"]
+                continue
             if rel is None:
                 cells += [c.fixed or "none", "-"]
                 continue
             cells += [", ".join(rel.pins), _word(by.get((c.name, rel.name)), c.n)]
         lines.append("| " + " | ".join(cells) + " |")
     recall, false = figures(cases, results)
-    return [*lines, "", f"{recall}; {false}."]
+    skipped = [c for c in cases if not c.runnable]
+    tail = [f"{recall}; {false}; {len(cases) - len(skipped)} of {len(cases)} cases reproduced."]
+    if skipped:
+        tail += ["", "Not reproduced here, and why:", ""]
+        tail += [f"- `{c.name}` ({c.stack}, {c.title}): {c.not_reproduced}" for c in skipped]
+    return [*lines, "", *tail]
 
 
 def details(results: list[ReleaseResult]) -> list[str]:
@@ -106,7 +114,7 @@ def write_report(folder: Path, cases: list[Case], results: list[ReleaseResult], 
             (folder / "rows").mkdir(exist_ok=True)
             shutil.copyfile(audit, folder / "rows" / f"{r.case}-{r.release}.audit.json")
     readme = folder / "README.md"
-    shown = [c for c in cases if any(r.case == c.name for r in merged)]
+    shown = [c for c in cases if not c.runnable or any(r.case == c.name for r in merged)]
     with atomic_writer(readme, private=False) as f:
         f.write("\n".join([HEADER, *table(shown, merged), "", "Per release:", "", *details(merged), ""]))
     return readme

@@ -13,7 +13,9 @@ serve``). Each tenant gets its own mem0 store under ``--data`` (qdrant local mod
 SQLite history), so tenants never see each other; ``--shared-store`` keeps every tenant in one store, one
 mem0 user each (``user_id``), as a multi-user deployment does. ``--forget delete_all`` erases with
 ``Memory.delete_all(user_id=...)`` instead of deleting the memories that carry the target. ``files`` names
-the store's files (its SQLite history, qdrant's folder), which eu-audit reads itself. The calls work on
+the store's files (its SQLite history, the vector store's folder), which eu-audit reads itself.
+``--vector-store chroma`` keeps the vectors in Chroma's local ``PersistentClient`` instead of qdrant's local
+mode (``pip install chromadb``). The calls work on
 mem0 1.x (``user_id=``, ``limit=``) and 2.x (``filters=``, ``top_k=``) alike, for the residue pack's
 cases on older releases.
 
@@ -97,9 +99,16 @@ def _scoped(method: Any, tenant: str, k: int, *args: Any) -> list[dict[str, Any]
 
 class Mem0Agent:
     def __init__(
-        self, data: Path, model: str, infer: bool, forget: str = "mem0", shared: bool = False
+        self,
+        data: Path,
+        model: str,
+        infer: bool,
+        forget: str = "mem0",
+        shared: bool = False,
+        vectors: str = "qdrant",
     ) -> None:
         self.data, self.model, self.infer, self.forget_mode, self.shared = data, model, infer, forget, shared
+        self.vectors = vectors  # mem0's vector store provider: qdrant (local mode) or chroma (local)
         self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
         self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
         self.clients: dict[str, OpenAI] = {}  # base URL -> client
@@ -150,15 +159,7 @@ class Mem0Agent:
             openai_cfg = {"openai_base_url": self.bases.get(tenant, self.base), "api_key": "none"}
             self.memories[key] = Memory.from_config(
                 {
-                    "vector_store": {
-                        "provider": "qdrant",
-                        "config": {
-                            "collection_name": "memories",
-                            "path": str(folder / "qdrant"),
-                            "embedding_model_dims": EMBED_DIMS,
-                            "on_disk": True,
-                        },
-                    },
+                    "vector_store": self.vector_store(folder),
                     "llm": {
                         "provider": "openai",
                         # mem0's own max_tokens (2000): a lower cap cuts its extraction JSON mid-list, and
@@ -173,6 +174,20 @@ class Mem0Agent:
                 }
             )
         return self.memories[key]
+
+    def vector_store(self, folder: Path) -> dict[str, Any]:
+        """mem0's vector store config: qdrant's local mode on disk, or Chroma's local persistent client."""
+        if self.vectors == "chroma":
+            return {"provider": "chroma", "config": {"collection_name": "memories", "path": str(folder / "chroma")}}
+        return {
+            "provider": "qdrant",
+            "config": {
+                "collection_name": "memories",
+                "path": str(folder / "qdrant"),
+                "embedding_model_dims": EMBED_DIMS,
+                "on_disk": True,
+            },
+        }
 
     def recall(self, tenant: str, query: str) -> list[str]:
         return [h["memory"] for h in _scoped(self.memory(tenant).search, tenant, 5, query)]
@@ -337,8 +352,9 @@ class Mem0Agent:
         database) and opened again from its files; the conversations are dropped from memory and read
         back from the tenant's sessions file."""
         m = None if self.shared else self.memories.pop(tenant, None)  # a shared store stays open
-        if m is not None:
+        if m is not None and hasattr(m.vector_store.client, "close"):  # Chroma's local client has none
             m.vector_store.client.close()
+        if m is not None:
             m.close()
         path = self.folder(tenant) / "sessions.json"
         saved = json.loads(path.read_text()) if path.exists() else {}
@@ -379,10 +395,10 @@ class Mem0Agent:
         return {"items": items}
 
     def files(self, tenant: str) -> dict[str, Any]:
-        """Where mem0 persists the tenant: its SQLite history and qdrant's local folder (shared by every
-        tenant with ``--shared-store``)."""
+        """Where mem0 persists the tenant: its SQLite history and the vector store's local folder (shared by
+        every tenant with ``--shared-store``)."""
         folder = self.store_folder(tenant).resolve()
-        return {"paths": [str(folder / "history.db"), str(folder / "qdrant")]}
+        return {"paths": [str(folder / "history.db"), str(folder / self.vectors)]}
 
     def session(self, sid: str) -> dict[str, Any]:
         if sid not in self.sessions:
@@ -461,8 +477,21 @@ def main() -> None:
         action="store_true",
         help="every tenant in one mem0 store, one user each (a multi-user deployment); default: a store each",
     )
+    ap.add_argument(
+        "--vector-store",
+        choices=["qdrant", "chroma"],
+        default="qdrant",
+        help="where mem0 keeps the vectors: qdrant's local mode (default) or Chroma's local PersistentClient",
+    )
     args = ap.parse_args()
-    agent = Mem0Agent(args.data, args.model, infer=args.infer, forget=args.forget, shared=args.shared_store)
+    agent = Mem0Agent(
+        args.data,
+        args.model,
+        infer=args.infer,
+        forget=args.forget,
+        shared=args.shared_store,
+        vectors=args.vector_store,
+    )
     uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
 
 
