@@ -115,6 +115,20 @@ def test_a_file_that_cannot_be_read_is_not_measured_never_clean(tmp_path: Path) 
     assert str(tmp_path / "missing.sqlite") in unread
 
 
+def test_z_kept_in_two_tables_is_named_in_both_not_only_the_first_read(tmp_path: Path) -> None:
+    db = tmp_path / "t.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE history (text TEXT)")
+    con.execute("CREATE TABLE queue (text TEXT)")  # e.g. Chroma's embeddings_queue beside mem0's history
+    for table in ("history", "history", "queue"):
+        con.execute(f"INSERT INTO {table} VALUES ('lives at 12 Linden Street')")
+    con.commit()
+    con.close()
+    counts, examples, _ = read_files([db], TargetMatcher.of("12 Linden Street")).counts()
+    assert counts["rows"] == 3
+    assert examples["rows"].count("t.sqlite: history.text") == 1 and "t.sqlite: queue.text" in examples["rows"]
+
+
 def test_a_forget_that_wipes_other_tenants_fails_the_bystander_gate_and_a_careful_one_keeps_them(
     serve: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

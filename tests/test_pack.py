@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_committed_case_pins_exact_releases_and_names_where_the_bug_leaves_z() -> None:
     cases = load_cases(ROOT / "pack")
-    assert len(cases) >= 4
+    assert len(cases) >= 10
     for c in cases:
         assert c.venv and c.bug.startswith("https://github.com/")
         assert any(r.expect == "failed" and r.where for r in c.releases), c.name
@@ -109,3 +109,40 @@ def test_a_fixed_release_the_gate_fails_is_a_false_alarm_and_a_missed_bug_lowers
         "false alarms 1 of 1 fixed releases",
     )
     assert "failed, n = 1 (expected held)" in "\n".join(table([case], [missed, alarm]))
+
+
+def test_the_committed_table_has_every_reproduced_case_as_expected_and_says_why_of_the_others() -> None:
+    from eu_audit.pack.table import read_results
+
+    cases = load_cases(ROOT / "pack")
+    rows = {(r.case, r.release): r for r in read_results(ROOT / "reports" / "pack" / "results.jsonl")}
+    said = (ROOT / "reports" / "pack" / "README.md").read_text()
+    for c in cases:
+        if not c.runnable:  # listed with its reason, never run, never counted
+            assert f"`{c.name}`" in said and not any(k[0] == c.name for k in rows), c.name
+            continue
+        for rel in c.releases:
+            got = rows.get((c.name, rel.name))
+            assert got is not None and got.as_expected, (c.name, rel.name)
+            assert rel.expect != "failed" or rel.where in got.where
+
+
+def test_a_case_not_reproduced_is_listed_with_why_skipped_by_the_run_and_never_counted(tmp_path: Path) -> None:
+    from eu_audit.pack.case import Case
+    from eu_audit.pack.run import run_pack
+    from eu_audit.pack.table import figures, table
+
+    case = Case.model_validate(
+        {
+            "name": "c", "stack": "s", "bug": "https://github.com/e/e/issues/1", "title": "t", "leaves": "l",
+            "agent": "a.py", "gate": ["agent.disk.rows==0"], "not_reproduced": "needs a GPU cluster",
+            "releases": [{"name": "buggy", "pins": ["x==1"], "expect": "failed", "where": "history"}],
+        }
+    )  # fmt: skip
+    said: list[str] = []
+    assert run_pack([case], ROOT, tmp_path, said.append) == []  # no serve, no venv: nothing ran
+    assert said == ["c: skipped, not reproduced here (needs a GPU cluster)"]
+    lines = "\n".join(table([case], []))
+    assert "| x==1 | not reproduced |" in lines and "- `c` (s, t): needs a GPU cluster" in lines
+    assert "0 of 1 cases reproduced" in lines
+    assert figures([case], [])[0] == "recall 0 of 0 releases with the bug (failed, naming the place)"

@@ -73,6 +73,8 @@ class TinyRandom:
     seed: int = 0
     hidden: int = 64
     layers: int = 2
+    #: context in tokens (rotary positions: no weights depend on it)
+    positions: int = 4096
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,9 @@ MODELS: Registry[ModelSpec] = Registry("models")
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 FAST_MODEL = "smollm2-135m"
 TINY_MODEL = "tiny-random"
+#: the tiny model with a 32K context: mechanics of a library whose own prompt is long (mem0's extraction
+#: prompt is ~8,750 tokens), where the bug needs no real answer
+TINY_LONG_MODEL = "tiny-random-32k"
 
 MODELS.add(
     DEFAULT_MODEL,
@@ -172,6 +177,17 @@ MODELS.add(
         license="Apache-2.0",
         role="mechanics",
         source=TinyRandom(tokenizer_from=FAST_MODEL),
+    ),
+)
+MODELS.add(
+    TINY_LONG_MODEL,
+    ModelSpec(
+        name=TINY_LONG_MODEL,
+        description="the random 2-layer Llama with a 32K context (mechanics of long library prompts only)",
+        family="llama",
+        license="Apache-2.0",
+        role="mechanics",
+        source=TinyRandom(tokenizer_from=FAST_MODEL, positions=32768),
     ),
 )
 
@@ -349,7 +365,7 @@ def _build_tiny(spec: ModelSpec, src: TinyRandom, target: Path) -> None:
         num_hidden_layers=src.layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=4096,
+        max_position_embeddings=src.positions,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         tie_word_embeddings=True,

@@ -12,7 +12,8 @@ model calls and embeddings to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``
 serve``). Each tenant gets its own mem0 store under ``--data`` (qdrant local mode on disk and mem0's
 SQLite history), so tenants never see each other; ``--shared-store`` keeps every tenant in one store, one
 mem0 user each (``user_id``), as a multi-user deployment does. ``--forget delete_all`` erases with
-``Memory.delete_all(user_id=...)`` instead of deleting the memories that carry the target. ``files`` names
+``Memory.delete_all(user_id=...)`` instead of deleting the memories that carry the target, ``--forget
+reset`` with ``Memory.reset()`` of the tenant's own store. ``files`` names
 the store's files (its SQLite history, the vector store's folder), which eu-audit reads itself.
 ``--vector-store chroma`` keeps the vectors in Chroma's local ``PersistentClient`` instead of qdrant's local
 mode (``pip install chromadb``). The calls work on
@@ -178,7 +179,10 @@ class Mem0Agent:
     def vector_store(self, folder: Path) -> dict[str, Any]:
         """mem0's vector store config: qdrant's local mode on disk, or Chroma's local persistent client."""
         if self.vectors == "chroma":
-            return {"provider": "chroma", "config": {"collection_name": "memories", "path": str(folder / "chroma")}}
+            return {
+                "provider": "chroma",
+                "config": {"collection_name": "memories", "path": str(folder / "chroma")},
+            }
         return {
             "provider": "qdrant",
             "config": {
@@ -315,6 +319,13 @@ class Mem0Agent:
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
         m = self.memory(tenant)
+        if self.forget_mode == "reset":  # mem0's erasure of a whole store: the tenant's own (never shared)
+            m.reset()
+            return {
+                "status": "ok",
+                "detail": "Memory.reset() of the tenant's store",
+                "receipt": {"deleted": "all"},
+            }
         if self.forget_mode == "delete_all":  # mem0's erasure of a whole user
             m.delete_all(user_id=tenant)
             return {"status": "ok", "detail": "Memory.delete_all(user_id)", "receipt": {"deleted": "all"}}
@@ -467,10 +478,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--forget",
-        choices=["mem0", "delete_all", "none"],
+        choices=["mem0", "delete_all", "reset", "none"],
         default="mem0",
         help="mem0: delete the memories that carry the target; delete_all: Memory.delete_all(user_id) of the "
-        "tenant; none: acknowledge and delete nothing (B0)",
+        "tenant; reset: Memory.reset() of the tenant's own store (not with --shared-store, where it would "
+        "wipe every user); none: acknowledge and delete nothing (B0)",
     )
     ap.add_argument(
         "--shared-store",
@@ -484,6 +496,8 @@ def main() -> None:
         help="where mem0 keeps the vectors: qdrant's local mode (default) or Chroma's local PersistentClient",
     )
     args = ap.parse_args()
+    if args.forget == "reset" and args.shared_store:
+        ap.error("--forget reset wipes the whole store: with --shared-store that is every user's memories")
     agent = Mem0Agent(
         args.data,
         args.model,
