@@ -450,3 +450,17 @@ def test_shards_that_overlap_or_come_from_another_run_are_refused_before_anythin
             "record", "--agent", "tests.scripted_agents:naive", "--shard", bad, "-o", str(tmp_path / "b")
         )
         assert proc.returncode == 2 and "--shard" in proc.stderr, proc.stderr
+
+
+def test_power_sizes_an_insensitive_rule_from_its_control_and_never_promises_a_hold() -> None:
+    from eu_audit.power import n_for_control
+
+    # 0 of 30: the control's rate is below 1 - 0.05 ** (1/30) = 0.095; seeing z once at 80% needs 16.1, so 17
+    assert n_for_control(0, 30, alpha=0.05, chance=0.8) == 17
+    assert n_for_control(1, 30, alpha=0.05) is None and n_for_control(0, 0, alpha=0.05) is None
+    pilot = Path(__file__).resolve().parents[1] / "reports/agents/langgraph-index-forensics/rows/audits/audit.json"
+    proc = run_cli("power", str(pilot))
+    assert proc.returncode == 0, proc.stderr
+    flat = " ".join(proc.stdout.split())
+    assert "0 of 2" in flat and "(control rate <" in flat and "4 rule(s) insensitive" in flat
+    assert "2 of 2" in flat  # residue_store: its control showed z in both sessions

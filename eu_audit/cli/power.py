@@ -81,20 +81,46 @@ def power(
         )  # fmt: skip
         return
     from eu_audit.gate import check_rules, default_rules, evaluate, gated_rules
-    from eu_audit.power import plan_rule
+    from eu_audit.power import n_for_control, plan_rule
+    from eu_audit.sensitivity import positive_control
     from eu_audit.shards import read_audits, shard_audits
 
     rep = read_audits(shard_audits(pilot) if pilot.is_dir() else [pilot])
     rules = gate or gated_rules(rep) or default_rules(rep)
     parsed = {r.text: r for r in check_rules(rules, rep.methods, rep.suites)}
     table = Table(title=Text(f"sessions needed (pilot {pilot}, margin {margin}, alpha {alpha})"))
-    for col in ("rule", "now", "n now", "n at the pilot's rates", f"n deciding {chance:.0%} of runs", "test"):
+    cols = (
+        "rule",
+        "now",
+        "n now",
+        "control showed z",
+        "n at the pilot's rates",
+        f"n deciding {chance:.0%} of runs",
+    )
+    for col in (*cols, "test"):
         table.add_column(col)
+    blind = []
     for g in evaluate(rep, rules, alpha=alpha, margin=margin):
         decide = fresh = "-"
+        ctrl = positive_control(rep, parsed[g.rule])
+        shown = "-" if ctrl is None else ("not recorded" if not ctrl.n else f"{ctrl.shown} of {ctrl.n}")
         if g.outcome == "inconclusive":
             decide = str(g.n_needed) if g.n_needed else "none"
             n_plan = plan_rule(rep, parsed[g.rule], alpha=alpha, margin=margin, chance=chance)
             fresh = str(n_plan) if n_plan else ("none" if g.n_needed else "-")
-        table.add_row(Text(g.rule), g.outcome, str(g.n), decide, fresh, Text(g.test))
+        elif g.outcome == "insensitive" and ctrl is not None:
+            n_ctrl = n_for_control(ctrl.shown, ctrl.n, alpha=alpha, chance=chance)
+            if n_ctrl:  # the sessions before its control could show z at all, at best
+                fresh = f">= {n_ctrl} (control rate < {1 - alpha ** (1 / ctrl.n):.2f})"
+                blind.append(g.rule)
+        table.add_row(Text(g.rule), g.outcome, str(g.n), shown, decide, fresh, Text(g.test))
     out.print(table)
+    if blind:
+        say(
+            out,
+            f"{len(blind)} rule(s) insensitive: their control (the state never sent the forget) never "
+            "showed z on the pilot, so no n decides them until it does. '>= N (control rate < R)': R is the "
+            f"upper {1 - alpha:.0%} bound on the control's rate, and N the n at which a control that often "
+            f"would show z once with {chance:.0%} chance: a lower bound, never enough on a model that never "
+            "repeats z.",
+        )
