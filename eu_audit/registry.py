@@ -4,7 +4,10 @@ A registry maps a name to an object. It fills itself on first use, in this order
 
 1. its *built-in modules*, named as strings where the registry is declared (importing one registers its
    objects), so a registry never imports the modules that register into it and no import cycle forms;
-2. the entry-point group ``eu_audit.<kind>`` of installed packages (each entry point is loaded once).
+2. installed packages: the one group ``eu_audit.plugins`` (``eu_audit.plugins``, loaded once for every
+   registry), then the group ``eu_audit.<kind>`` of this registry (each entry point is loaded once).
+
+``eu_audit.plugins`` lists every registry: the extension points in one place.
 
 The kind is a Python identifier because it names that entry-point group.
 """
@@ -51,9 +54,11 @@ class Registry(Generic[T]):
             return
         self._loaded = True  # before importing: a module that registers must not re-enter
         from eu_audit.datasets import PLUGINS
+        from eu_audit.plugins import load_plugins
 
         for module in (*self.builtins, *PLUGINS.get(self.kind, ())):
             importlib.import_module(module)
+        load_plugins()
         for ep in entry_points(group=f"eu_audit.{self.kind}"):
             ep.load()
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 LINK = re.compile(r"\]\((?!https?:|mailto:)([^)#\s]+)(#[^)]*)?\)")
@@ -65,3 +67,43 @@ def test_the_agents_table_is_what_the_committed_rows_say_and_no_cell_is_over_20_
     for md in (ROOT / "reports/agents").glob("*.md"):
         for target, _ in LINK.findall(md.read_text()):
             assert (md.parent / target).exists(), f"{md.name}: {target}"
+
+
+def test_every_registry_is_one_listed_extension_point_and_the_docs_table_is_made_from_the_list() -> None:
+    from eu_audit.plugins import EXTENSION_POINTS, markdown_table
+    from eu_audit.registry import Registry
+
+    defined = set()  # "module:NAME" of every module-level Registry in the package, found in the source
+    for path in (ROOT / "eu_audit").rglob("*.py"):
+        for name in re.findall(r"^([A-Z_]+): Registry\[", path.read_text(), flags=re.M):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            defined.add(f"{module}:{name}")
+    listed = [p.registry for p in EXTENSION_POINTS]
+    assert sorted(listed) == sorted(defined) and len(set(listed)) == len(listed)
+    assert all(isinstance(p.resolve(), Registry) for p in EXTENSION_POINTS)
+    assert markdown_table() in (ROOT / "docs" / "library.md").read_text()
+
+
+def test_a_package_plugs_in_through_the_one_entry_point_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import eu_audit.plugins as plugins
+    from eu_audit.gate import GATE_SETS
+
+    (tmp_path / "my_plugin.py").write_text(
+        "from eu_audit.gate import GATE_SETS, GateSet\n"
+        "GATE_SETS.add('my-set', GateSet(('agent.residue_store==0',)))\n"
+    )
+    dist = tmp_path / "my_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[eu_audit.plugins]\nmine = my_plugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(GATE_SETS, "_loaded", False)
+    monkeypatch.setattr(GATE_SETS, "_items", {})
+    assert "my-set" in GATE_SETS  # the plugin's module was imported on the registry's first use
+    assert "my_plugin" in sys.modules
+    monkeypatch.delitem(sys.modules, "my_plugin")

@@ -126,7 +126,8 @@ def test_z_kept_in_two_tables_is_named_in_both_not_only_the_first_read(tmp_path:
     con.close()
     counts, examples, _ = read_files([db], TargetMatcher.of("12 Linden Street")).counts()
     assert counts["rows"] == 3
-    assert examples["rows"].count("t.sqlite: history.text") == 1 and "t.sqlite: queue.text" in examples["rows"]
+    said = examples["rows"]
+    assert said.count("t.sqlite: history.text") == 1 and "t.sqlite: queue.text" in said
 
 
 def test_a_forget_that_wipes_other_tenants_fails_the_bystander_gate_and_a_careful_one_keeps_them(

@@ -127,7 +127,9 @@ def test_the_committed_table_has_every_reproduced_case_as_expected_and_says_why_
             assert rel.expect != "failed" or rel.where in got.where
 
 
-def test_a_case_not_reproduced_is_listed_with_why_skipped_by_the_run_and_never_counted(tmp_path: Path) -> None:
+def test_a_case_not_reproduced_is_listed_with_why_skipped_by_the_run_and_never_counted(
+    tmp_path: Path,
+) -> None:
     from eu_audit.pack.case import Case
     from eu_audit.pack.run import run_pack
     from eu_audit.pack.table import figures, table

@@ -458,7 +458,8 @@ def test_power_sizes_an_insensitive_rule_from_its_control_and_never_promises_a_h
     # 0 of 30: the control's rate is below 1 - 0.05 ** (1/30) = 0.095; seeing z once at 80% needs 16.1, so 17
     assert n_for_control(0, 30, alpha=0.05, chance=0.8) == 17
     assert n_for_control(1, 30, alpha=0.05) is None and n_for_control(0, 0, alpha=0.05) is None
-    pilot = Path(__file__).resolve().parents[1] / "reports/agents/langgraph-index-forensics/rows/audits/audit.json"
+    reports = Path(__file__).resolve().parents[1] / "reports/agents"
+    pilot = reports / "langgraph-index-forensics/rows/audits/audit.json"
     proc = run_cli("power", str(pilot))
     assert proc.returncode == 0, proc.stderr
     flat = " ".join(proc.stdout.split())

@@ -1,0 +1,138 @@
+"""The one list of eu-audit's extension points: every registry a user can add to without editing eu-audit,
+what each holds, and how a package plugs in.
+
+Each extension point is a ``Registry`` (``eu_audit.registry``) named here by where it lives, so this
+module imports none of them (no import cycle): a registry fills itself on first use from its built-in
+modules, then from installed packages. A package plugs in one of two ways:
+
+- **one module for everything** (recommended): an entry point in the group ``eu_audit.plugins`` naming a
+  module; eu-audit imports it once, before any registry's first use, and the module registers what it
+  adds with the decorators below (``@METHODS.register("mine")``, ``@METRICS.register(...)``, ...);
+- per kind: an entry point in the group ``eu_audit.<kind>`` (``eu_audit.methods``), loaded when that
+  registry is first used (kept for plugins written before the one group).
+
+``pyproject.toml`` of a plugin package::
+
+    [project.entry-points."eu_audit.plugins"]
+    mine = "my_package.eu_audit_plugin"
+
+``docs/library.md`` lists the same table (``markdown_table``; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+#: the entry-point group a plugin package names its module in
+GROUP = "eu_audit.plugins"
+
+
+@dataclass(frozen=True)
+class ExtensionPoint:
+    """One registry a user adds to: where it lives, what it maps a name to, and what uses it."""
+
+    registry: str  # "module:NAME"
+    holds: str  # what one entry is
+    used_by: str  # where eu-audit reads it (the command or the object)
+
+    def resolve(self) -> Any:
+        module, name = self.registry.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def name(self) -> str:
+        return self.registry.split(":")[1]
+
+
+#: every extension point, in the order a reader meets them (the paper's objects first)
+EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
+    ExtensionPoint(
+        "eu_audit.runtime.models:MODELS", "a `ModelSpec` (weights, tokenizer, family)", "`--model`"
+    ),
+    ExtensionPoint(
+        "eu_audit.engines.base:ENGINES",
+        "an engine class (a KV-cache engine and its `Abilities`)",
+        "`--engine`",
+    ),
+    ExtensionPoint(
+        "eu_audit.methods.base:METHODS",
+        "a `MethodSpec`: a forget method (the paper's B0-B9) and the abilities it needs",
+        "`unlearn -m`, `audit -m`",
+    ),
+    ExtensionPoint(
+        "eu_audit.suites:SUITES", "a suite: a function returning its episodes", "`record --suite`"
+    ),
+    ExtensionPoint(
+        "eu_audit.suites.build:BUILDERS",
+        "a suite builder: knobs and skips in, episodes out",
+        "`eu-audit suites build`",
+    ),
+    ExtensionPoint(
+        "eu_audit.suites:LOADERS", "a suite loader: a data file in, episodes out", "`--suite LOADER:PATH`"
+    ),
+    ExtensionPoint("eu_audit.runtime.tools:TOOLS", "a `ToolSpec` of the built-in suite", "episodes' tools"),
+    ExtensionPoint(
+        "eu_audit.runtime.tools:TOOLSETS",
+        "a toolset: a function returning its tools (AgentDojo, BFCL)",
+        "episodes' tools",
+    ),
+    ExtensionPoint(
+        "eu_audit.runtime.tools:ENVIRONMENTS",
+        "a toolset's environment model (the state its tools read and write)",
+        "tool calls during replay",
+    ),
+    ExtensionPoint(
+        "eu_audit.audits.metric:METRICS",
+        "a `Metric`: a measured quantity with its kind, direction and whether it needs a control",
+        "`audit`, rules (`--gate`)",
+    ),
+    ExtensionPoint("eu_audit.audits.probes:PROBES", "a `Probe`: a question that elicits z", "`audit`"),
+    ExtensionPoint(
+        "eu_audit.audits.metrics:UTILITY_CHECKS",
+        "a data set's utility check (did the task succeed)",
+        "`audit`",
+    ),
+    ExtensionPoint(
+        "eu_audit.audits.metrics:SECURITY_CHECKS",
+        "a data set's security check (did the injection's goal happen)",
+        "`audit`",
+    ),
+    ExtensionPoint("eu_audit.gate:GATE_SETS", "a `GateSet`: a named list of rules", "`audit --gate-set`"),
+    ExtensionPoint(
+        "eu_audit.blackbox.adapter:ADAPTERS",
+        "an adapter: a URL in, an `AgentUnderTest` out (a stack eu-audit drives)",
+        "`record --agent`",
+    ),
+    ExtensionPoint(
+        "eu_audit.blackbox.recheck:RECHECKS",
+        "a `Recheck`: an event after the forget (restart, compaction, more turns)",
+        "`record --recheck`",
+    ),
+    ExtensionPoint("eu_audit.sweeps:SWEEPS", "a `SweepSpec`: one of the paper's sweeps", "`eu-audit sweep`"),
+)
+
+_loaded = False
+
+
+def load_plugins() -> None:
+    """Import every module named in the ``eu_audit.plugins`` group, once; each registers what it adds.
+    Called by every registry before it first loads (``Registry.load``)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True  # before importing: a plugin module that uses a registry must not re-enter
+    for ep in entry_points(group=GROUP):
+        ep.load()
+
+
+def markdown_table() -> str:
+    """The extension points as the Markdown table ``docs/library.md`` shows."""
+    rows = ["| registry | kind (`eu_audit.<kind>`) | one entry is | used by |", "|---|---|---|---|"]
+    for p in EXTENSION_POINTS:
+        module = p.registry.split(":")[0]
+        kind = p.resolve().kind
+        rows.append(f"| `{p.name}` (`{module}`) | `{kind}` | {p.holds} | {p.used_by} |")
+    return "\n".join(rows)
