@@ -68,13 +68,15 @@ def _target(name: str, mods: dict[str, Path]) -> str | None:
     return name or None
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
+def import_graph(root: Path, *, type_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the package modules it imports; ``type_only`` counts imports under ``TYPE_CHECKING`` too
+    (a type-only import is still a dependency a reader follows)."""
     mods = modules(root)
     pkg = root.name
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text())
-        skip = _type_checking_nodes(tree)
+        skip = set() if type_only else _type_checking_nodes(tree)
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue
@@ -136,6 +138,46 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between the package's folders (``eu_audit.audits``, ``eu_audit.blackbox``, ...):
+    a top-level module is a folder of its own."""
+
+    def folder(mod: str) -> str:
+        return ".".join(mod.split(".")[:2])
+
+    out: dict[str, set[str]] = {folder(m): set() for m in graph}
+    for a, targets in graph.items():
+        out[folder(a)].update(folder(b) for b in targets if folder(b) != folder(a))
+    return out
+
+
+def module_lines(root: Path) -> Sized:
+    """The largest module, by lines."""
+    return max(
+        (Sized(mod, str(path), len(path.read_text().splitlines())) for mod, path in modules(root).items()),
+        key=lambda s: s.lines,
+    )
+
+
+def repeated_names(root: Path) -> dict[str, list[str]]:
+    """Public top-level names (functions, classes, assignments) defined in more than one module."""
+    seen: dict[str, list[str]] = {}
+    for mod, path in modules(root).items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in names:
+                if not name.startswith("_"):
+                    seen.setdefault(name, []).append(mod)
+    return {k: v for k, v in sorted(seen.items()) if len(v) > 1}
+
+
 def forbidden_edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     def under(mod: str, prefix: str) -> bool:
         return mod == prefix or mod.startswith(prefix + ".")
@@ -184,9 +226,24 @@ def main(argv: list[str]) -> int:
         print("cycle:", " <-> ".join(comp))
     for a, b in bad:
         print(f"forbidden: {a} imports {b}")
+    typed = cycles(import_graph(root, type_only=True))
+    for comp in typed:
+        print("cycle (type-only imports counted):", " <-> ".join(comp))
+    loops = cycles(folder_graph(import_graph(root, type_only=True)))
+    for comp in loops:
+        print("folder loop:", " <-> ".join(comp))
+    repeated = repeated_names(root)
+    for name, where in repeated.items():
+        print(f"defined twice: {name} in {', '.join(where)}")
     fn, body, cls = largest(root)
+    big = module_lines(root)
     edges = sum(map(len, graph.values()))
     print(f"modules {len(graph)}, imports {edges}, cycles {len(found)}, forbidden {len(bad)}")
+    print(
+        f"cycles with type-only imports {len(typed)}, folder loops {len(loops)}, "
+        f"names defined twice {len(repeated)}"
+    )
+    print(f"largest module: {big.name} ({big.lines} lines)")
     print(f"longest function: {fn.name} ({fn.lines} lines, {fn.where})")
     print(f"longest function body: {body.name} ({body.lines} lines, {body.where})")
     print(f"largest class: {cls.name} ({cls.lines} lines, {cls.where})")
