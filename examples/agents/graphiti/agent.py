@@ -30,11 +30,11 @@ import argparse
 import asyncio
 import copy
 import datetime
-import functools
 import json
 import os
 import re
 import shutil
+import sys
 import threading
 import uuid
 import warnings
@@ -42,8 +42,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import HTTPException
 from graphiti_core import Graphiti
 from graphiti_core.cross_encoder.openai_reranker_client import OpenAIRerankerClient
 from graphiti_core.driver.kuzu_driver import KuzuDriver
@@ -52,11 +51,12 @@ from graphiti_core.llm_client.config import LLMConfig
 from graphiti_core.llm_client.openai_generic_client import OpenAIGenericClient
 from graphiti_core.nodes import EpisodeType
 from openai import OpenAI
-from pydantic import BaseModel, Field
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")  # no phone-home
 warnings.filterwarnings("ignore", message="The Kuzu backend is deprecated")
-CONTRACT = "eu-audit/agent-api@1"
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
     "them, and what you know about the user when it helps."
@@ -64,31 +64,6 @@ SYSTEM = (
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
 KEEP_MESSAGES = 8
 _T = TypeVar("_T")
-
-
-class StartSession(BaseModel):
-    tenant: str
-    seed: int = 0
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    model_base_url: str | None = None
-
-
-class Message(BaseModel):
-    role: str
-    content: str
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-class MemoryRecord(BaseModel):
-    id: str
-    text: str
-
-
-class ForgetRequest(BaseModel):
-    target: str
-    variants: list[str] = Field(default_factory=list)
-    hint: dict[str, Any] | None = None
 
 
 def _norm(text: str) -> str:
@@ -256,7 +231,7 @@ class GraphitiAgent:
         self.save_sessions(copied["tenant"])
         return {"session_id": new}
 
-    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+    def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         self.remember_text(tenant, f"record-{body.id}", body.text)
         return {"text": "", "actions": []}
 
@@ -330,42 +305,6 @@ class GraphitiAgent:
         return {"items": items}
 
 
-def create_app(agent: GraphitiAgent) -> FastAPI:
-    app = FastAPI(title="Graphiti reference agent")
-    p = "/eu-audit/v1"
-
-    def locked(fn: Any) -> Any:
-        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
-        def run(*a: Any, **k: Any) -> Any:
-            body = k.get("body")
-            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
-            with agent.lock_of(tenant):
-                return fn(*a, **k)
-
-        return run
-
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"ok": True}
-
-    @app.get(p + "/capabilities")
-    def capabilities() -> dict[str, Any]:
-        return {"version": CONTRACT, "name": "graphiti-kuzu-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "tenant_model_url": True, "restart": True,
-                "reindex": True}  # fmt: skip
-
-    app.post(p + "/sessions")(locked(agent.start))
-    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
-    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
-    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
-    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
-    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
-    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
-    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
-    app.post(p + "/tenants/{tenant}/reindex")(locked(agent.reindex))
-    return app
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9005)
@@ -381,7 +320,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     agent = GraphitiAgent(args.data, args.model, forget=args.forget)
-    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+    serve_agent(
+        agent, "graphiti-kuzu-agent", args.port, title="Graphiti reference agent", tenant_model_url=True
+    )
 
 
 if __name__ == "__main__":

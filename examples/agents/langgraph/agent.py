@@ -18,18 +18,17 @@ model calls to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-aud
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import re
 import sqlite3
+import sys
 import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import HTTPException
 from langchain_core.messages import (
     AIMessage,
     AnyMessage,
@@ -44,9 +43,10 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.store.base import BaseStore
 from langgraph.store.sqlite import SqliteStore
 from openai import OpenAI
-from pydantic import BaseModel, Field
 
-CONTRACT = "eu-audit/agent-api@1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
     "them, and what you remember about the user when it helps."
@@ -56,31 +56,6 @@ KEEP_MESSAGES = 6  # past this, older messages are summarized and removed from t
 
 class State(MessagesState):
     summary: str
-
-
-class StartSession(BaseModel):
-    tenant: str
-    seed: int = 0
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
-
-
-class Message(BaseModel):
-    role: str
-    content: str
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-class MemoryRecord(BaseModel):
-    id: str
-    text: str
-
-
-class ForgetRequest(BaseModel):
-    target: str
-    variants: list[str] = Field(default_factory=list)
-    hint: dict[str, Any] | None = None
 
 
 def _norm(text: str) -> str:
@@ -261,7 +236,7 @@ class LangGraphAgent:
     def compact(self, sid: str) -> dict[str, Any]:
         return {"text": self._summarize(sid, 0), "actions": []}
 
-    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+    def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         self.store.put((tenant, "memories"), body.id, {"text": body.text})
         return {"text": "", "actions": []}
 
@@ -332,45 +307,6 @@ class LangGraphAgent:
         return self.sessions[sid]
 
 
-def create_app(agent: LangGraphAgent) -> FastAPI:
-    app = FastAPI(title="LangGraph reference agent")
-    p = "/eu-audit/v1"
-
-    def locked(fn: Any) -> Any:
-        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
-
-        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
-        def run(*a: Any, **k: Any) -> Any:
-            body = k.get("body")
-            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
-            with agent.lock_of(tenant):
-                return fn(*a, **k)
-
-        return run
-
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"ok": True}
-
-    @app.get(p + "/capabilities")
-    def capabilities() -> dict[str, Any]:
-        return {"version": CONTRACT, "name": "langgraph-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True, "tenant_model_url": True, "restart": True,
-                "store_files": True}  # fmt: skip
-
-    app.post(p + "/sessions")(locked(agent.start))
-    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
-    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
-    app.post(p + "/sessions/{sid}/compact")(locked(agent.compact))
-    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
-    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
-    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
-    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
-    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
-    app.get(p + "/tenants/{tenant}/files")(locked(agent.files))
-    return app
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9001)
@@ -388,12 +324,8 @@ def main() -> None:
         help="index the memories semantically (SqliteStore's index, embedded through the model server)",
     )
     args = ap.parse_args()
-    uvicorn.run(
-        create_app(LangGraphAgent(args.data, args.model, forget=args.forget, index=args.index)),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-    )
+    agent = LangGraphAgent(args.data, args.model, forget=args.forget, index=args.index)
+    serve_agent(agent, "langgraph-agent", args.port, title="LangGraph reference agent", tenant_model_url=True)
 
 
 if __name__ == "__main__":

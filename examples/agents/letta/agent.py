@@ -24,7 +24,6 @@ Letta Code, a terminal client), and its dependencies must be resolved as of its 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import re
@@ -38,12 +37,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import HTTPException
 from letta_client import Letta
-from pydantic import BaseModel, Field
 
-CONTRACT = "eu-audit/agent-api@1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+
 PERSONA = "I am a personal assistant agent acting for one user. I am brief."
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
 TEXT_TABLES = {  # Letta's tables that hold text, and how a row is tied to an agent or block
@@ -54,31 +53,6 @@ TEXT_TABLES = {  # Letta's tables that hold text, and how a row is tied to an ag
     "archival_passages": "SELECT p.id, p.text, p.is_deleted FROM archival_passages p "
     "JOIN archives_agents a ON a.archive_id = p.archive_id WHERE a.agent_id = ?",
 }
-
-
-class StartSession(BaseModel):
-    tenant: str
-    seed: int = 0
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    model_base_url: str | None = None
-
-
-class Message(BaseModel):
-    role: str
-    content: str
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-class MemoryRecord(BaseModel):
-    id: str
-    text: str
-
-
-class ForgetRequest(BaseModel):
-    target: str
-    variants: list[str] = Field(default_factory=list)
-    hint: dict[str, Any] | None = None
 
 
 def _norm(text: str) -> str:
@@ -217,7 +191,7 @@ class LettaAgent:
         said = [str(m.content) for m in got.messages if getattr(m, "message_type", "") == "assistant_message"]
         return {"text": "\n".join(said), "actions": []}
 
-    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+    def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         """As Letta's own ``core_memory_append`` leaves a fact: a line of the ``human`` block."""
         block = self.human(tenant)
         old = self.letta("blocks.retrieve", lambda: self.client.blocks.retrieve(block)).value or ""
@@ -299,39 +273,6 @@ class LettaAgent:
         return {"items": items}
 
 
-def create_app(agent: LettaAgent) -> FastAPI:
-    app = FastAPI(title="Letta reference agent")
-    p = "/eu-audit/v1"
-
-    def locked(fn: Any) -> Any:
-        @functools.wraps(fn)
-        def run(*a: Any, **k: Any) -> Any:
-            body = k.get("body")
-            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
-            with agent.lock_of(tenant):
-                return fn(*a, **k)
-
-        return run
-
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"ok": True}
-
-    @app.get(p + "/capabilities")
-    def capabilities() -> dict[str, Any]:
-        return {"version": CONTRACT, "name": "letta-agent", "memory_inject": True, "store_dump": True,
-                "tenant_model_url": True, "restart": True}  # fmt: skip
-
-    app.post(p + "/sessions")(locked(agent.start))
-    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
-    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
-    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
-    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
-    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
-    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
-    return app
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9006)
@@ -358,7 +299,7 @@ def main() -> None:
     # before the `finally`, and leave the Letta server running on its port
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+        serve_agent(agent, "letta-agent", args.port, title="Letta reference agent", tenant_model_url=True)
     finally:
         agent.stop_server()
 

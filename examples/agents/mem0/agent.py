@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import functools
 import json
 import os
 import re
 import shutil
 import sqlite3
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -42,44 +42,19 @@ from typing import Any
 
 os.environ.setdefault("MEM0_TELEMETRY", "False")  # before mem0 is imported: no phone-home
 
-import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import HTTPException
 from mem0 import Memory
 from openai import OpenAI
-from pydantic import BaseModel, Field
 
-CONTRACT = "eu-audit/agent-api@1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
     "them, and what you remember about the user when it helps."
 )
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
 KEEP_MESSAGES = 6  # the rolling window: older messages are folded into the summary
-
-
-class StartSession(BaseModel):
-    tenant: str
-    seed: int = 0
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
-
-
-class Message(BaseModel):
-    role: str
-    content: str
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-class MemoryRecord(BaseModel):
-    id: str
-    text: str
-
-
-class ForgetRequest(BaseModel):
-    target: str
-    variants: list[str] = Field(default_factory=list)
-    hint: dict[str, Any] | None = None
 
 
 def _norm(text: str) -> str:
@@ -308,7 +283,7 @@ class Mem0Agent:
         self.save_sessions(s["tenant"])
         return {"text": text, "actions": []}
 
-    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+    def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         self.memory(tenant).add(body.text, user_id=tenant, infer=False, metadata={"record_id": body.id})
         return {"text": "", "actions": []}
 
@@ -422,47 +397,6 @@ def _call_ids(history: list[dict[str, Any]]) -> set[str]:
     return {c["id"] for m in history for c in m.get("tool_calls") or []}
 
 
-def create_app(agent: Mem0Agent) -> FastAPI:
-    app = FastAPI(title="mem0 reference agent")
-    p = "/eu-audit/v1"
-
-    def locked(fn: Any) -> Any:
-        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
-
-        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
-        def run(*a: Any, **k: Any) -> Any:
-            body = k.get("body")
-            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
-            with agent.lock_of(tenant):
-                return fn(*a, **k)
-
-        return run
-
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"ok": True}
-
-    @app.get(p + "/capabilities")
-    def capabilities() -> dict[str, Any]:
-        # a shared store has one embedder and one LLM client for every user: its calls cannot follow a
-        # lane per tenant, so it takes none (one tenant at a time, told apart by serve's marks)
-        return {"version": CONTRACT, "name": "mem0-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "compact": True, "tenant_model_url": not agent.shared, "restart": True,
-                "store_files": True}  # fmt: skip
-
-    app.post(p + "/sessions")(locked(agent.start))
-    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
-    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
-    app.post(p + "/sessions/{sid}/compact")(locked(agent.compact))
-    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
-    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
-    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
-    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
-    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
-    app.get(p + "/tenants/{tenant}/files")(locked(agent.files))
-    return app
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9000)
@@ -506,7 +440,9 @@ def main() -> None:
         shared=args.shared_store,
         vectors=args.vector_store,
     )
-    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+    serve_agent(
+        agent, "mem0-agent", args.port, title="mem0 reference agent", tenant_model_url=not args.shared_store
+    )
 
 
 if __name__ == "__main__":

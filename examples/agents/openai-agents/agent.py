@@ -39,11 +39,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import re
 import shutil
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -52,7 +52,6 @@ from typing import Any
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # no phone-home
 
-import uvicorn
 from agents import (
     Agent,
     FunctionTool,
@@ -63,44 +62,20 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
-from fastapi import FastAPI, HTTPException
+from fastapi import HTTPException
 from openai import AsyncOpenAI
-from pydantic import BaseModel, Field
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
 
 set_tracing_disabled(True)
 
-CONTRACT = "eu-audit/agent-api@1"
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
     "them, and what you remember about the user when it helps."
 )
 PENDING = "(the result of this call arrives in the next message)"
 MEMORY = "memory"  # the session that holds the tenant's injected records
-
-
-class StartSession(BaseModel):
-    tenant: str
-    seed: int = 0
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
-
-
-class Message(BaseModel):
-    role: str
-    content: str
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-class MemoryRecord(BaseModel):
-    id: str
-    text: str
-
-
-class ForgetRequest(BaseModel):
-    target: str
-    variants: list[str] = Field(default_factory=list)
-    hint: dict[str, Any] | None = None
 
 
 def _norm(text: str) -> str:
@@ -296,7 +271,7 @@ class AgentsSDKAgent:
         self.save_sessions(s["tenant"])
         return {"session_id": new}
 
-    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+    def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         with self.store(tenant, MEMORY) as store:
             asyncio.run(store.add_items([{"role": "user", "content": body.text}]))
         return {"text": "", "actions": []}
@@ -355,44 +330,6 @@ class AgentsSDKAgent:
         return {"items": items}
 
 
-def create_app(agent: AgentsSDKAgent) -> FastAPI:
-    app = FastAPI(title="OpenAI Agents SDK reference agent")
-    p = "/eu-audit/v1"
-
-    def locked(fn: Any) -> Any:
-        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
-
-        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
-        def run(*a: Any, **k: Any) -> Any:
-            body = k.get("body")
-            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
-            with agent.lock_of(tenant):
-                return fn(*a, **k)
-
-        return run
-
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"ok": True}
-
-    @app.get(p + "/capabilities")
-    def capabilities() -> dict[str, Any]:
-        return {"version": CONTRACT, "name": "openai-agents-sqlite-session", "fork": True,
-                "memory_inject": True, "store_dump": True, "tenant_model_url": True,
-                "restart": True, "store_files": True}  # fmt: skip
-
-    app.post(p + "/sessions")(locked(agent.start))
-    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
-    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
-    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
-    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
-    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
-    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
-    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
-    app.get(p + "/tenants/{tenant}/files")(locked(agent.files))
-    return app
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9002)
@@ -415,7 +352,13 @@ def main() -> None:
     )
     args = ap.parse_args()
     agent = AgentsSDKAgent(args.data, args.model, forget=args.forget, session=args.session)
-    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+    serve_agent(
+        agent,
+        "openai-agents-sqlite-session",
+        args.port,
+        title="OpenAI Agents SDK reference agent",
+        tenant_model_url=True,
+    )
 
 
 if __name__ == "__main__":
