@@ -49,6 +49,35 @@ def test_no_example_is_imported_by_eu_audit_and_no_agent_imports_eu_audit() -> N
         assert "eu_audit" not in agent.read_text(), agent
 
 
+def test_the_contract_kit_serves_exactly_the_contracts_endpoints_and_every_agent_uses_it() -> None:
+    """The kit the reference agents are served with (examples/agents/contract_kit.py) is the contract's
+    table, endpoint for endpoint and field for field; no agent re-types the contract's bodies or routes."""
+    from eu_audit.blackbox.contract import ENDPOINTS
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import contract_kit as kit
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    served = {r.op: r for r in kit.ROUTES}
+    assert set(served) == {e.op for e in ENDPOINTS} - {"capabilities"}
+    for e in ENDPOINTS:
+        if e.op == "capabilities":
+            continue
+        r = served[e.op]
+        assert (r.method, r.path, r.capability) == (e.method, e.path, e.capability), e.op
+        if e.request is None:
+            assert r.body is None, e.op
+        else:
+            assert r.body is not None and r.body.__name__ == e.request.__name__, e.op
+            assert set(r.body.model_fields) == set(e.request.model_fields), e.op
+    for agent in EXAMPLES.glob("*/agent.py"):
+        text = agent.read_text()
+        assert "from contract_kit import" in text, agent
+        assert not re.search(r"^class (StartSession|Message|MemoryRecord|ForgetRequest)\b", text, re.M), agent
+        assert "def create_app" not in text and "/eu-audit/v1" not in text, agent
+
+
 @pytest.mark.slow  # 3 min of a real stack; its committed run is reports/agents/mem0
 @pytest.mark.real_model
 def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(
@@ -128,3 +157,30 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
             assert r["skipped"] == "agent lacks compact", r
             continue
         assert r["store_items"] is not None and r["context_calls"], (sid, event, r)
+
+
+def test_the_minimal_example_agent_serves_the_contract_and_its_forget_leaves_nothing_its_dump_shows(
+    tmp_path: Path,
+) -> None:
+    """examples/agents/minimal: the agent a user copies first. No model call is needed to check its
+    memory and its forget: inject, dump, forget, dump, restart (read back from its file), files."""
+    import httpx
+
+    script = EXAMPLES / "minimal" / "agent.py"
+    with http_process([sys.executable, str(script), "--data", str(tmp_path)]) as url:
+        api = url + "/eu-audit/v1"
+        caps = httpx.get(api + "/capabilities").json()
+        assert caps["version"] == "eu-audit/agent-api@1" and caps["store_files"] and caps["fork"]
+        sid = httpx.post(api + "/sessions", json={"tenant": "t1"}).json()["session_id"]
+        httpx.post(api + "/tenants/t1/memory", json={"id": "m1", "text": "Dana lives at 12 Linden Street."})
+        httpx.post(api + "/tenants/t1/memory", json={"id": "m2", "text": "Dana prefers mornings."})
+        assert "12 Linden Street" in httpx.get(api + "/tenants/t1/dump").text
+        got = httpx.post(api + "/tenants/t1/forget", json={"target": "12 linden street"}).json()
+        assert got["receipt"]["removed"] == 1
+        httpx.post(api + "/tenants/t1/restart")
+        kept = httpx.get(api + "/tenants/t1/dump").json()["items"]
+        assert [i["text"] for i in kept] == ["Dana prefers mornings."]
+        (path,) = httpx.get(api + "/tenants/t1/files").json()["paths"]
+        assert "Linden" not in Path(path).read_text()
+        assert httpx.post(api + f"/sessions/{sid}/fork").json()["session_id"] != sid
+        assert httpx.post(api + "/sessions/nosuch/fork").status_code == 404

@@ -106,7 +106,7 @@ def _handler(agent: Any, route: Route) -> Callable[..., Any]:
         tenant = (
             kw.get("tenant") or getattr(kw.get("body"), "tenant", None) or agent.tenant_of(kw["session_id"])
         )
-        return agent.lock_of(tenant)  # type: ignore[no-any-return]
+        return agent.lock_of(tenant)
 
     def handler(**kw: Any) -> Any:
         args = [kw[p] for p in route.params] + ([kw["body"]] if route.body else [])
