@@ -23,55 +23,30 @@ from __future__ import annotations
 
 import argparse
 import copy
-import functools
 import json
 import os
 import re
 import sqlite3
+import sys
 import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import HTTPException
 from langchain_openai import ChatOpenAI
 from langgraph.store.sqlite import SqliteStore
 from langmem import create_memory_store_manager
 from openai import OpenAI
-from pydantic import BaseModel, Field
 
-CONTRACT = "eu-audit/agent-api@1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
     "them, and what you remember about the user when it helps."
 )
 KEEP_MESSAGES = 8  # the buffer the model sees: older messages drop out of the prompt (kept on disk)
-
-
-class StartSession(BaseModel):
-    tenant: str
-    seed: int = 0
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-    model_base_url: str | None = None  # serve's lane for this tenant (sent when tenant_model_url is on)
-
-
-class Message(BaseModel):
-    role: str
-    content: str
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-class MemoryRecord(BaseModel):
-    id: str
-    text: str
-
-
-class ForgetRequest(BaseModel):
-    target: str
-    variants: list[str] = Field(default_factory=list)
-    hint: dict[str, Any] | None = None
 
 
 def _norm(text: str) -> str:
@@ -228,7 +203,7 @@ class LangMemAgent:
         self.save_sessions(copied["tenant"])
         return {"session_id": new}
 
-    def remember(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
+    def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         """As LangMem's own write leaves a memory (kind ``Memory``, its text under ``content``)."""
         value = {"kind": "Memory", "content": {"content": body.text}}
         self.manager(tenant).put(body.id, value, config=self.config(tenant))
@@ -292,42 +267,6 @@ class LangMemAgent:
         return {"items": items}
 
 
-def create_app(agent: LangMemAgent) -> FastAPI:
-    app = FastAPI(title="LangMem reference agent")
-    p = "/eu-audit/v1"
-
-    def locked(fn: Any) -> Any:
-        """Run ``fn`` under its tenant's lock (tenants side by side; one tenant's calls in order)."""
-
-        @functools.wraps(fn)  # FastAPI reads the wrapped signature for the body and path parameters
-        def run(*a: Any, **k: Any) -> Any:
-            body = k.get("body")
-            tenant = k.get("tenant") or getattr(body, "tenant", None) or agent.tenant_of(k["sid"])
-            with agent.lock_of(tenant):
-                return fn(*a, **k)
-
-        return run
-
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"ok": True}
-
-    @app.get(p + "/capabilities")
-    def capabilities() -> dict[str, Any]:
-        return {"version": CONTRACT, "name": "langmem-agent", "fork": True, "memory_inject": True,
-                "store_dump": True, "tenant_model_url": True, "restart": True}  # fmt: skip
-
-    app.post(p + "/sessions")(locked(agent.start))
-    app.post(p + "/sessions/{sid}/messages")(locked(agent.send))
-    app.post(p + "/sessions/{sid}/fork")(locked(agent.fork))
-    app.post(p + "/tenants/{tenant}/memory")(locked(agent.remember))
-    app.post(p + "/tenants/{tenant}/forget")(locked(agent.forget))
-    app.post(p + "/tenants/{tenant}/reset")(locked(agent.reset))
-    app.get(p + "/tenants/{tenant}/dump")(locked(agent.dump))
-    app.post(p + "/tenants/{tenant}/restart")(locked(agent.restart))
-    return app
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9004)
@@ -343,7 +282,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     agent = LangMemAgent(args.data, args.model, forget=args.forget)
-    uvicorn.run(create_app(agent), host="127.0.0.1", port=args.port, log_level="warning")
+    serve_agent(agent, "langmem-agent", args.port, title="LangMem reference agent", tenant_model_url=True)
 
 
 if __name__ == "__main__":
