@@ -6,7 +6,9 @@ An agent is an object with a method per endpoint it serves, named as the contrac
 ``reset(tenant)`` are required; ``fork``, ``compact``, ``inject_memory``, ``dump``, ``restart``,
 ``reindex`` and ``files`` are optional, and the capabilities say which it has (from the methods it
 defines). With ``lock_of(tenant)`` and ``tenant_of(session_id)`` it also gets one lock per tenant: its
-tenants run side by side, one tenant's calls in order.
+tenants run side by side, one tenant's calls in order. ``Tenants`` is that bookkeeping, ready to inherit:
+sessions by id, a lock and a model URL (serve's lane) per tenant, and each tenant's session table on disk
+for ``restart`` to read back.
 
 Dependency-light on purpose (FastAPI, pydantic, uvicorn, which every reference agent has): it runs in the
 agent's own venv, never imports eu-audit, and is copied beside an agent as it is. eu-audit's test keeps
@@ -20,11 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
+import os
+import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 CONTRACT = "eu-audit/agent-api@1"
@@ -86,6 +93,67 @@ ROUTES: tuple[Route, ...] = (
     Route("reindex", "POST", "/tenants/{tenant}/reindex", None, "reindex"),
     Route("files", "GET", "/tenants/{tenant}/files", None, "store_files"),
 )
+
+
+class Tenants:
+    """What every agent keeps besides its stack: its sessions by id (each a dict holding its ``tenant``),
+    one lock per tenant, each tenant's model URL (``model_base_url``: serve's lane, else
+    ``OPENAI_BASE_URL``), and each tenant's session table in a JSON file under ``data``, replaced whole on
+    every save, so a restart finds its sessions again (``load_sessions``)."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
+        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
+        self.sessions: dict[str, dict[str, Any]] = {}  # session id -> its tenant and the agent's own fields
+        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
+        self.meta = threading.Lock()  # guards the dicts above
+
+    def lock_of(self, tenant: str) -> threading.RLock:
+        with self.meta:
+            return self.locks.setdefault(tenant, threading.RLock())
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        if session_id not in self.sessions:
+            raise HTTPException(404, f"no session {session_id}")
+        return self.sessions[session_id]
+
+    def tenant_of(self, session_id: str) -> str:
+        return str(self.session(session_id)["tenant"])
+
+    def base_of(self, tenant: str) -> str:
+        return self.bases.get(tenant, self.base)
+
+    def folder(self, tenant: str) -> Path:
+        """The tenant's own folder under ``data`` (its name made safe for a path)."""
+        return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
+
+    def sessions_file(self, tenant: str) -> Path:
+        return self.folder(tenant) / "sessions.json"
+
+    def save_sessions(self, tenant: str) -> None:
+        with self.meta:
+            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
+        path = self.sessions_file(tenant)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(mine))
+        tmp.replace(path)
+
+    def load_sessions(self, tenant: str) -> None:
+        """What a restart does to the tenant's sessions: dropped from memory, read back from its file."""
+        path = self.sessions_file(tenant)
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        with self.meta:
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
+            self.sessions.update(saved)
+
+    def drop_sessions(self, tenant: str) -> None:
+        """The tenant's sessions gone from memory (``reset``)."""
+        with self.meta:  # in place: other tenants' threads add sessions meanwhile
+            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
+                del self.sessions[sid]
 
 
 def capabilities(agent: object, name: str, **flags: bool) -> dict[str, Any]:

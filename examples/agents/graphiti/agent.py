@@ -53,7 +53,7 @@ from graphiti_core.nodes import EpisodeType
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")  # no phone-home
 warnings.filterwarnings("ignore", message="The Kuzu backend is deprecated")
@@ -74,16 +74,12 @@ def _group(tenant: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", tenant)
 
 
-class GraphitiAgent:
+class GraphitiAgent(Tenants):
     def __init__(self, data: Path, model: str, forget: str = "graphiti") -> None:
+        super().__init__(data)
         data.mkdir(parents=True, exist_ok=True)
         self.data, self.model, self.forget_mode = data, model, forget
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.bases: dict[str, str] = {}
         self.graphs: dict[str, Graphiti] = {}
-        self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools, history
-        self.locks: dict[str, threading.RLock] = {}
-        self.meta = threading.Lock()
         self.loop = asyncio.new_event_loop()  # Graphiti is async: one loop for every call
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
@@ -92,28 +88,8 @@ class GraphitiAgent:
 
     # --- plumbing ---------------------------------------------------------------------------------
 
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
-
-    def tenant_of(self, sid: str) -> str:
-        return str(self.session(sid)["tenant"])
-
-    def session(self, sid: str) -> dict[str, Any]:
-        if sid not in self.sessions:
-            raise HTTPException(404, f"no session {sid}")
-        return self.sessions[sid]
-
     def folder(self, tenant: str) -> Path:
         return self.data / _group(tenant)
-
-    def save_sessions(self, tenant: str) -> None:
-        with self.meta:
-            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
-        folder = self.folder(tenant)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "sessions.json.tmp").write_text(json.dumps(mine))
-        (folder / "sessions.json.tmp").replace(folder / "sessions.json")
 
     def graph(self, tenant: str) -> Graphiti:
         if tenant not in self.graphs:
@@ -254,9 +230,7 @@ class GraphitiAgent:
         if g is not None:
             self.wait(g.close())
         shutil.rmtree(self.folder(tenant), ignore_errors=True)
-        with self.meta:
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
+        self.drop_sessions(tenant)
         return {"ok": True}
 
     def restart(self, tenant: str) -> dict[str, Any]:
@@ -265,12 +239,7 @@ class GraphitiAgent:
         g = self.graphs.pop(tenant, None)
         if g is not None:
             self.wait(g.close())
-        path = self.folder(tenant) / "sessions.json"
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        with self.meta:
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
-            self.sessions.update(saved)
+        self.load_sessions(tenant)
         return {"ok": True}
 
     def reindex(self, tenant: str) -> dict[str, Any]:

@@ -23,12 +23,10 @@ import os
 import re
 import sqlite3
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-from fastapi import HTTPException
 from langchain_core.messages import (
     AIMessage,
     AnyMessage,
@@ -45,7 +43,7 @@ from langgraph.store.sqlite import SqliteStore
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -62,12 +60,11 @@ def _norm(text: str) -> str:
     return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
-class LangGraphAgent:
+class LangGraphAgent(Tenants):
     def __init__(self, data: Path, model: str, forget: str = "store", index: bool = False) -> None:
+        super().__init__(data)
         data.mkdir(parents=True, exist_ok=True)
         self.forget_mode = forget
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
         self.clients: dict[str, OpenAI] = {}  # base URL -> client
         self.model = model
         self.checkpointer = SqliteSaver(sqlite3.connect(data / "checkpoints.sqlite", check_same_thread=False))
@@ -82,16 +79,6 @@ class LangGraphAgent:
         self.store.setup()
         self.data = data
         self.graph = self._build()
-        self.sessions: dict[str, dict[str, Any]] = {}  # thread id -> tenant, tools
-        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
-        self.meta = threading.Lock()  # guards the dicts above
-
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
-
-    def tenant_of(self, sid: str) -> str:
-        return str(self.session(sid)["tenant"])
 
     def client(self, tenant: str) -> OpenAI:
         base = self.bases.get(tenant, self.base)
@@ -110,16 +97,6 @@ class LangGraphAgent:
 
     def sessions_file(self, tenant: str) -> Path:
         return self.data / "sessions" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) + ".json")
-
-    def save_sessions(self, tenant: str) -> None:
-        """The tenant's thread table (thread id -> tools) on disk, so a restart finds its threads again;
-        the threads themselves are the checkpointer's."""
-        with self.meta:
-            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
-        path = self.sessions_file(tenant)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.with_suffix(".tmp").write_text(json.dumps(mine))
-        path.with_suffix(".tmp").replace(path)
 
     # --- the graph ------------------------------------------------------------------------------------
 
@@ -273,12 +250,7 @@ class LangGraphAgent:
         """What a process restart does to the tenant: its thread table is dropped and read back from disk.
         Its threads (``SqliteSaver``) and memories (``SqliteStore``) are read from SQLite on every call,
         so nothing else of it is held in memory."""
-        path = self.sessions_file(tenant)
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        with self.meta:
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
-            self.sessions.update(saved)
+        self.load_sessions(tenant)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
@@ -300,11 +272,6 @@ class LangGraphAgent:
                     {"store": "checkpoints", "id": f"{sid}/{cid}/{i}", "text": t} for i, t in enumerate(texts)
                 ]
         return {"items": items}
-
-    def session(self, sid: str) -> dict[str, Any]:
-        if sid not in self.sessions:
-            raise HTTPException(404, f"no session {sid}")
-        return self.sessions[sid]
 
 
 def main() -> None:

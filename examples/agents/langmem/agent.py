@@ -24,11 +24,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import re
 import sqlite3
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,7 @@ from langmem import create_memory_store_manager
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -62,47 +60,22 @@ def _text(value: Any) -> str:
     return str(getattr(content, "content", content))
 
 
-class LangMemAgent:
+class LangMemAgent(Tenants):
     def __init__(self, data: Path, model: str, forget: str = "langmem") -> None:
+        super().__init__(data)
         data.mkdir(parents=True, exist_ok=True)
         self.data, self.model, self.forget_mode = data, model, forget
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
         # autocommit, as SqliteStore.from_conn_string opens it: the store runs its own BEGIN/COMMIT
         self.store = SqliteStore(
             sqlite3.connect(data / "store.sqlite", check_same_thread=False, isolation_level=None)
         )
         self.store.setup()
         self.managers: dict[str, Any] = {}  # tenant -> its LangMem manager (its LLM on the tenant's lane)
-        self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools, history
-        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
-        self.meta = threading.Lock()  # guards the dicts above
 
     # --- plumbing ---------------------------------------------------------------------------------
 
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
-
-    def tenant_of(self, sid: str) -> str:
-        return str(self.session(sid)["tenant"])
-
-    def session(self, sid: str) -> dict[str, Any]:
-        if sid not in self.sessions:
-            raise HTTPException(404, f"no session {sid}")
-        return self.sessions[sid]
-
     def sessions_file(self, tenant: str) -> Path:
         return self.data / "sessions" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) + ".json")
-
-    def save_sessions(self, tenant: str) -> None:
-        """The tenant's conversations on disk, as a deployed agent keeps them (a restart loads them)."""
-        with self.meta:
-            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
-        path = self.sessions_file(tenant)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.with_suffix(".tmp").write_text(json.dumps(mine))
-        path.with_suffix(".tmp").replace(path)
 
     def config(self, tenant: str) -> dict[str, Any]:
         return {"configurable": {"langgraph_user_id": tenant}}
@@ -233,22 +206,16 @@ class LangMemAgent:
     def reset(self, tenant: str) -> dict[str, Any]:
         for item in self.store.search(("memories", tenant), limit=100_000):
             self.store.delete(item.namespace, item.key)
-        with self.meta:  # in place: other tenants' threads add sessions meanwhile
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
+        self.drop_sessions(tenant)
         self.sessions_file(tenant).unlink(missing_ok=True)
         return {"ok": True}
 
     def restart(self, tenant: str) -> dict[str, Any]:
         """What a process restart does to the tenant: its LangMem manager is made anew and its
         conversations are read back from disk (the store is SQLite, read on every call)."""
-        path = self.sessions_file(tenant)
-        saved = json.loads(path.read_text()) if path.exists() else {}
         with self.meta:
             self.managers.pop(tenant, None)
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
-            self.sessions.update(saved)
+        self.load_sessions(tenant)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:

@@ -31,7 +31,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -41,7 +40,7 @@ from fastapi import HTTPException
 from letta_client import Letta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 PERSONA = "I am a personal assistant agent acting for one user. I am brief."
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
@@ -59,18 +58,15 @@ def _norm(text: str) -> str:
     return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
-class LettaAgent:
+class LettaAgent(Tenants):
     def __init__(
         self, data: Path, model: str, forget: str = "letta", letta_port: int = 8283, max_steps: int = 4
     ) -> None:
+        super().__init__(data)
         data.mkdir(parents=True, exist_ok=True)
         self.data, self.model, self.forget_mode, self.port = data, model, forget, letta_port
         self.max_steps = max_steps
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.bases: dict[str, str] = {}
         self.tenants: dict[str, dict[str, Any]] = self._load()  # tenant -> human block id, agent ids
-        self.locks: dict[str, threading.RLock] = {}
-        self.meta = threading.Lock()
         self.server: subprocess.Popen[bytes] | None = None
         self.start_server()
         self.client = Letta(base_url=f"http://127.0.0.1:{self.port}", timeout=280)  # a turn may take calls
@@ -123,10 +119,6 @@ class LettaAgent:
     def _save(self) -> None:
         (self.data / "tenants.json.tmp").write_text(json.dumps(self.tenants))
         (self.data / "tenants.json.tmp").replace(self.data / "tenants.json")
-
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
 
     def tenant_of(self, sid: str) -> str:
         for tenant, t in self.tenants.items():

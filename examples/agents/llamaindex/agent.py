@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
 import sqlite3
@@ -41,7 +40,6 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fastapi import HTTPException
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -55,7 +53,7 @@ from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -109,15 +107,11 @@ def _openai(m: ChatMessage) -> dict[str, Any]:
     return msg
 
 
-class LlamaIndexAgent:
+class LlamaIndexAgent(Tenants):
     def __init__(self, data: Path, model: str, forget: str = "rewrite") -> None:
+        super().__init__(data)
         self.data, self.model, self.forget_mode = data, model, forget
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
-        self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools, its Memory
         self.tenants: dict[str, dict[str, Any]] = {}  # tenant -> its chat store and fact block
-        self.locks: dict[str, threading.RLock] = {}
-        self.meta = threading.Lock()
         # LlamaIndex's SQL store is async and bound to the loop it was opened on: one loop for all calls
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
@@ -126,30 +120,6 @@ class LlamaIndexAgent:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     # --- plumbing ---------------------------------------------------------------------------------
-
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
-
-    def tenant_of(self, sid: str) -> str:
-        return str(self.session(sid)["tenant"])
-
-    def session(self, sid: str) -> dict[str, Any]:
-        if sid not in self.sessions:
-            raise HTTPException(404, f"no session {sid}")
-        return self.sessions[sid]
-
-    def folder(self, tenant: str) -> Path:
-        return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
-
-    def save_sessions(self, tenant: str) -> None:
-        """The tenant's session table (id -> tools) on disk, so a restart finds its sessions again."""
-        with self.meta:
-            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
-        folder = self.folder(tenant)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "sessions.json.tmp").write_text(json.dumps(mine))
-        (folder / "sessions.json.tmp").replace(folder / "sessions.json")
 
     def tenant(self, name: str) -> dict[str, Any]:
         if name not in self.tenants:
@@ -292,9 +262,7 @@ class LlamaIndexAgent:
             for sid in self.wait(t["store"].get_keys()):
                 self.wait(t["store"].delete_messages(sid))
         shutil.rmtree(self.folder(tenant), ignore_errors=True)
-        with self.meta:
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
+        self.drop_sessions(tenant)
         return {"ok": True}
 
     def restart(self, tenant: str) -> dict[str, Any]:
@@ -303,10 +271,7 @@ class LlamaIndexAgent:
         block's facts in process memory only (the chat store holds messages), so a restart loses them."""
         with self.meta:
             self.tenants.pop(tenant, None)
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
-            path = self.folder(tenant) / "sessions.json"
-            self.sessions.update(json.loads(path.read_text()) if path.exists() else {})
+        self.load_sessions(tenant)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:

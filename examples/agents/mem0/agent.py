@@ -35,7 +35,6 @@ import re
 import shutil
 import sqlite3
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from mem0 import Memory
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -73,7 +72,7 @@ def _scoped(method: Any, tenant: str, k: int, *args: Any) -> list[dict[str, Any]
     return list(got.get("results", []) if isinstance(got, dict) else got)
 
 
-class Mem0Agent:
+class Mem0Agent(Tenants):
     def __init__(
         self,
         data: Path,
@@ -83,22 +82,11 @@ class Mem0Agent:
         shared: bool = False,
         vectors: str = "qdrant",
     ) -> None:
+        super().__init__(data)
         self.data, self.model, self.infer, self.forget_mode, self.shared = data, model, infer, forget, shared
         self.vectors = vectors  # mem0's vector store provider: qdrant (local mode) or chroma (local)
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
         self.clients: dict[str, OpenAI] = {}  # base URL -> client
         self.memories: dict[str, Memory] = {}
-        self.sessions: dict[str, dict[str, Any]] = {}
-        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
-        self.meta = threading.Lock()  # guards the dicts above
-
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
-
-    def tenant_of(self, sid: str) -> str:
-        return str(self.session(sid)["tenant"])
 
     def client(self, tenant: str) -> OpenAI:
         base = self.bases.get(tenant, self.base)
@@ -107,23 +95,9 @@ class Mem0Agent:
                 self.clients[base] = OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY", "none"))
             return self.clients[base]
 
-    def folder(self, tenant: str) -> Path:
-        return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
-
     def store_folder(self, tenant: str) -> Path:
         """Where the tenant's mem0 store lives: its own folder, or the one every tenant shares."""
         return self.data / "shared-store" if self.shared else self.folder(tenant)
-
-    def save_sessions(self, tenant: str) -> None:
-        """The tenant's conversations (buffer, summary) on disk, as a deployed agent keeps them (a
-        restart loads them back): one JSON file, replaced whole."""
-        with self.meta:
-            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
-        folder = self.folder(tenant)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / "sessions.json.tmp"
-        tmp.write_text(json.dumps(mine))
-        tmp.replace(folder / "sessions.json")
 
     # --- mem0, one store per tenant ------------------------------------------------------------------
 
@@ -328,9 +302,7 @@ class Mem0Agent:
         elif tenant in self.memories:
             self.memories.pop(tenant).reset()
         shutil.rmtree(self.folder(tenant), ignore_errors=True)
-        with self.meta:  # in place: other tenants' threads add sessions meanwhile
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
+        self.drop_sessions(tenant)
         return {"ok": True}
 
     def restart(self, tenant: str) -> dict[str, Any]:
@@ -342,12 +314,7 @@ class Mem0Agent:
             m.vector_store.client.close()
         if m is not None:
             m.close()
-        path = self.folder(tenant) / "sessions.json"
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        with self.meta:
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
-            self.sessions.update(saved)
+        self.load_sessions(tenant)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
@@ -385,11 +352,6 @@ class Mem0Agent:
         every tenant with ``--shared-store``)."""
         folder = self.store_folder(tenant).resolve()
         return {"paths": [str(folder / "history.db"), str(folder / self.vectors)]}
-
-    def session(self, sid: str) -> dict[str, Any]:
-        if sid not in self.sessions:
-            raise HTTPException(404, f"no session {sid}")
-        return self.sessions[sid]
 
 
 def _call_ids(history: list[dict[str, Any]]) -> set[str]:

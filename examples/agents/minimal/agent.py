@@ -7,10 +7,12 @@ system prompt. Its forget removes every memory and every message that carries th
 variants (a case- and punctuation-blind substring match), so it leaves nothing its own dump shows; what it
 does not reach (serve's log, a prompt a model call already received) is what eu-audit measures.
 
-Everything lives in process memory and is written to one JSON file per tenant under ``--data`` after every
-change, so ``restart`` (drop the tenant, read the file back) and eu-audit's read of the agent's files
-(``files``) both work. Its model is an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit
-serve``); each tenant's calls go to the URL its session was started with (serve's lane for it).
+Everything lives in process memory and is written to the tenant's folder under ``--data`` after every
+change (its sessions and its memories, one JSON file each), so ``restart`` (drop the tenant, read the files
+back) and eu-audit's read of the agent's files (``files``) both work. The bookkeeping every agent needs
+(sessions, a lock and a model URL per tenant) is the kit's ``Tenants``. Its model is an OpenAI-compatible
+endpoint (``OPENAI_BASE_URL``, e.g. ``eu-audit serve``); each tenant's calls go to the URL its session was
+started with (serve's lane for it).
 
     pip install openai fastapi uvicorn
     OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \\
@@ -23,17 +25,16 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-from fastapi import HTTPException
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 SYSTEM = "You are a brief personal assistant. Use the tools when a task needs them."
 
@@ -43,55 +44,39 @@ def norm(text: str) -> str:
     return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
-class MinimalAgent:
+class MinimalAgent(Tenants):
     def __init__(self, data: Path, model: str) -> None:
-        self.data, self.model = data, model
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.tenants: dict[str, dict[str, Any]] = {}  # tenant -> memories, sessions, model URL
-        self.owner: dict[str, str] = {}  # session id -> tenant
-        self.locks: dict[str, threading.RLock] = {}
-        self.meta = threading.Lock()
+        super().__init__(data)  # sessions, a lock and a model URL per tenant, the session table on disk
+        self.model = model
+        self.memories: dict[str, list[dict[str, str]]] = {}  # tenant -> its memories
 
     # --- state -------------------------------------------------------------------------------------
 
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
+    def memories_file(self, tenant: str) -> Path:
+        return self.folder(tenant) / "memories.json"
 
-    def tenant_of(self, session_id: str) -> str:
-        if session_id not in self.owner:
-            raise HTTPException(404, f"no session {session_id}")
-        return self.owner[session_id]
-
-    def file(self, tenant: str) -> Path:
-        return self.data / (re.sub(r"[^A-Za-z0-9_.-]", "_", tenant) + ".json")
-
-    def state(self, tenant: str) -> dict[str, Any]:
-        if tenant not in self.tenants:
-            path = self.file(tenant)
-            saved = json.loads(path.read_text()) if path.exists() else {}
-            self.tenants[tenant] = {"memories": [], "sessions": {}, "base": self.base, **saved}
-            with self.meta:
-                self.owner.update({sid: tenant for sid in self.tenants[tenant]["sessions"]})
-        return self.tenants[tenant]
+    def memories_of(self, tenant: str) -> list[dict[str, str]]:
+        if tenant not in self.memories:
+            path = self.memories_file(tenant)
+            self.memories[tenant] = json.loads(path.read_text()) if path.exists() else []
+        return self.memories[tenant]
 
     def save(self, tenant: str) -> None:
-        """The tenant's state on disk, replaced whole (a restart reads it back)."""
-        self.data.mkdir(parents=True, exist_ok=True)
-        tmp = self.file(tenant).with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.tenants[tenant]))
-        tmp.replace(self.file(tenant))
+        """The tenant's memories and sessions on disk, each file replaced whole (a restart reads them)."""
+        self.save_sessions(tenant)
+        tmp = self.memories_file(tenant).with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.memories_of(tenant)))
+        tmp.replace(self.memories_file(tenant))
 
     # --- the model ---------------------------------------------------------------------------------
 
-    def reply(self, tenant: str, session_id: str) -> dict[str, Any]:
-        st = self.state(tenant)
-        s = st["sessions"][session_id]
-        system = SYSTEM + "".join(f"\nYou remember: {m['text']}" for m in st["memories"])
+    def reply(self, session_id: str) -> dict[str, Any]:
+        s = self.session(session_id)
+        system = SYSTEM + "".join(f"\nYou remember: {m['text']}" for m in self.memories_of(s["tenant"]))
         kw: dict[str, Any] = {"model": self.model, "temperature": 0.0, "max_tokens": 96}
         if s["tools"]:
             kw["tools"] = s["tools"]
-        client = OpenAI(base_url=st["base"], api_key=os.environ.get("OPENAI_API_KEY", "none"))
+        client = OpenAI(base_url=self.base_of(s["tenant"]), api_key=os.environ.get("OPENAI_API_KEY", "none"))
         msg = (
             client.chat.completions.create(
                 messages=[{"role": "system", "content": system}, *s["messages"]], **kw
@@ -107,25 +92,22 @@ class MinimalAgent:
         if msg.tool_calls:
             said["tool_calls"] = [c.model_dump() for c in msg.tool_calls]
         s["messages"].append(said)
-        self.save(tenant)
+        self.save(s["tenant"])
         return {"text": msg.content or "", "actions": calls}
 
     # --- the contract ------------------------------------------------------------------------------
 
     def start(self, body: StartSession) -> dict[str, Any]:
-        st = self.state(body.tenant)
         if body.model_base_url:
-            st["base"] = body.model_base_url
+            self.bases[body.tenant] = body.model_base_url
         sid = uuid.uuid4().hex[:12]
-        st["sessions"][sid] = {"tools": body.tools, "messages": []}
         with self.meta:
-            self.owner[sid] = body.tenant
+            self.sessions[sid] = {"tenant": body.tenant, "tools": body.tools, "messages": []}
         self.save(body.tenant)
         return {"session_id": sid}
 
     def send(self, session_id: str, body: Message) -> dict[str, Any]:
-        tenant = self.tenant_of(session_id)
-        messages = self.state(tenant)["sessions"][session_id]["messages"]
+        messages = self.session(session_id)["messages"]
         message: dict[str, Any] = {"role": "user", "content": body.content}
         if body.role == "tool":
             pending = {c["id"] for c in (messages[-1].get("tool_calls") or [])} if messages else set()
@@ -134,20 +116,18 @@ class MinimalAgent:
             else:  # a tool the scaffold ran: context for the model
                 message["content"] = f"Tool result ({body.name}): {body.content}"
         messages.append(message)
-        return self.reply(tenant, session_id)
+        return self.reply(session_id)
 
     def fork(self, session_id: str) -> dict[str, Any]:
-        tenant = self.tenant_of(session_id)
-        sessions = self.state(tenant)["sessions"]
+        s = self.session(session_id)
         new = uuid.uuid4().hex[:12]
-        sessions[new] = json.loads(json.dumps(sessions[session_id]))
         with self.meta:
-            self.owner[new] = tenant
-        self.save(tenant)
+            self.sessions[new] = json.loads(json.dumps(s))
+        self.save(s["tenant"])
         return {"session_id": new}
 
     def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
-        self.state(tenant)["memories"].append({"id": body.id, "text": body.text})
+        self.memories_of(tenant).append({"id": body.id, "text": body.text})
         self.save(tenant)
         return {"text": "", "actions": []}
 
@@ -158,39 +138,39 @@ class MinimalAgent:
         def carries(item: dict[str, Any]) -> bool:
             return any(n in norm(json.dumps(item)) for n in needles)
 
-        st = self.state(tenant)
-        before = len(st["memories"]) + sum(len(s["messages"]) for s in st["sessions"].values())
-        st["memories"] = [m for m in st["memories"] if not carries(m)]
-        for s in st["sessions"].values():
+        mine = [s for s in self.sessions.values() if s["tenant"] == tenant]
+        before = len(self.memories_of(tenant)) + sum(len(s["messages"]) for s in mine)
+        self.memories[tenant] = [m for m in self.memories_of(tenant) if not carries(m)]
+        for s in mine:
             s["messages"] = [m for m in s["messages"] if not carries(m)]
-        removed = before - len(st["memories"]) - sum(len(s["messages"]) for s in st["sessions"].values())
+        removed = before - len(self.memories[tenant]) - sum(len(s["messages"]) for s in mine)
         self.save(tenant)
         return {"status": "ok", "detail": f"removed {removed} items", "receipt": {"removed": removed}}
 
     def reset(self, tenant: str) -> dict[str, Any]:
-        st = self.tenants.pop(tenant, None)
-        with self.meta:
-            for sid in (st or {}).get("sessions", {}):
-                self.owner.pop(sid, None)
-        self.file(tenant).unlink(missing_ok=True)
+        self.drop_sessions(tenant)
+        self.memories.pop(tenant, None)
+        shutil.rmtree(self.folder(tenant), ignore_errors=True)
         return {"ok": True}
 
     def restart(self, tenant: str) -> dict[str, Any]:
-        """What a process restart does: the tenant's state dropped, read back from its file on next use."""
-        self.tenants.pop(tenant, None)
-        self.state(tenant)
+        """What a process restart does: the tenant's sessions and memories dropped and read back."""
+        self.load_sessions(tenant)
+        self.memories.pop(tenant, None)
         return {"ok": True}
 
     def dump(self, tenant: str) -> dict[str, Any]:
-        st = self.state(tenant)
-        items = [{"store": "memory", "id": m["id"], "text": m["text"]} for m in st["memories"]]
-        for sid, s in st["sessions"].items():
-            for i, m in enumerate(s["messages"]):
-                items.append({"store": "conversation", "id": f"{sid}/{i}", "text": json.dumps(m)})
+        items = [{"store": "memory", "id": m["id"], "text": m["text"]} for m in self.memories_of(tenant)]
+        for sid, s in self.sessions.items():
+            if s["tenant"] == tenant:
+                for i, m in enumerate(s["messages"]):
+                    items.append({"store": "conversation", "id": f"{sid}/{i}", "text": json.dumps(m)})
         return {"items": items}
 
     def files(self, tenant: str) -> dict[str, Any]:
-        return {"paths": [str(self.file(tenant).resolve())]}
+        return {
+            "paths": [str(self.sessions_file(tenant).resolve()), str(self.memories_file(tenant).resolve())]
+        }
 
 
 def _json_or_none(text: str | None) -> Any:
@@ -203,7 +183,7 @@ def _json_or_none(text: str | None) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9010)
-    ap.add_argument("--data", type=Path, default=Path("minimal-agent-data"), help="one JSON file per tenant")
+    ap.add_argument("--data", type=Path, default=Path("minimal-agent-data"), help="a folder per tenant")
     ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
     args = ap.parse_args()
     serve_agent(MinimalAgent(args.data, args.model), "minimal-agent", args.port, tenant_model_url=True)

@@ -62,11 +62,10 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
-from fastapi import HTTPException
 from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
 
 set_tracing_disabled(True)
 
@@ -94,44 +93,16 @@ def _file_strings(path: Path, shortest: int = 8) -> list[str]:
     return [m.decode("utf-8", "replace") for m in re.findall(rb"[\x20-\x7e]{%d,}" % shortest, data)]
 
 
-class AgentsSDKAgent:
+class AgentsSDKAgent(Tenants):
     def __init__(self, data: Path, model: str, forget: str = "rewrite", session: str = "sqlite") -> None:
+        super().__init__(data)
         self.data, self.model, self.forget_mode, self.session_kind = data, model, forget, session
-        self.base = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8088/v1")
-        self.bases: dict[str, str] = {}  # tenant -> where its model calls go (its lane of the server)
-        self.sessions: dict[str, dict[str, Any]] = {}  # sid -> tenant, tools
-        self.locks: dict[str, threading.RLock] = {}  # one per tenant: tenants run side by side
-        self.meta = threading.Lock()
         self.clients: dict[str, AsyncOpenAI] = {}  # base URL -> client, bound to the loop below
         # one event loop for every run: an async client outlives a run, and must not outlive its loop
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
     # --- plumbing ---------------------------------------------------------------------------------
-
-    def lock_of(self, tenant: str) -> threading.RLock:
-        with self.meta:
-            return self.locks.setdefault(tenant, threading.RLock())
-
-    def tenant_of(self, sid: str) -> str:
-        return str(self.session(sid)["tenant"])
-
-    def session(self, sid: str) -> dict[str, Any]:
-        if sid not in self.sessions:
-            raise HTTPException(404, f"no session {sid}")
-        return self.sessions[sid]
-
-    def folder(self, tenant: str) -> Path:
-        return self.data / re.sub(r"[^A-Za-z0-9_.-]", "_", tenant)
-
-    def save_sessions(self, tenant: str) -> None:
-        """The tenant's session table (id -> tools) on disk, so a restart finds its sessions again."""
-        with self.meta:
-            mine = {sid: s for sid, s in self.sessions.items() if s["tenant"] == tenant}
-        folder = self.folder(tenant)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "sessions.json.tmp").write_text(json.dumps(mine))
-        (folder / "sessions.json.tmp").replace(folder / "sessions.json")
 
     @contextlib.contextmanager
     def store(self, tenant: str, sid: str) -> Iterator[SQLiteSession]:
@@ -297,20 +268,13 @@ class AgentsSDKAgent:
 
     def reset(self, tenant: str) -> dict[str, Any]:
         shutil.rmtree(self.folder(tenant), ignore_errors=True)
-        with self.meta:
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
+        self.drop_sessions(tenant)
         return {"ok": True}
 
     def restart(self, tenant: str) -> dict[str, Any]:
         """What a process restart does to the tenant: its session table is dropped and read back from
         disk. Its items live in the SDK's SQLite file, opened per call, so nothing else is in memory."""
-        path = self.folder(tenant) / "sessions.json"
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        with self.meta:
-            for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
-                del self.sessions[sid]
-            self.sessions.update(saved)
+        self.load_sessions(tenant)
         return {"ok": True}
 
     def files(self, tenant: str) -> dict[str, Any]:
