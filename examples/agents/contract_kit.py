@@ -20,6 +20,7 @@ agent's own venv, never imports eu-audit, and is copied beside an agent as it is
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import inspect
 import json
@@ -154,6 +155,15 @@ class Tenants:
         with self.meta:  # in place: other tenants' threads add sessions meanwhile
             for sid in [k for k, v in self.sessions.items() if v["tenant"] == tenant]:
                 del self.sessions[sid]
+
+
+def arguments(doc: str | None, port: int, data: str, data_help: str) -> argparse.ArgumentParser:
+    """The command line every agent takes (``--port``, ``--data``, ``--model``); it adds its own."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=port)
+    ap.add_argument("--data", type=Path, default=Path(data), help=data_help)
+    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    return ap
 
 
 def capabilities(agent: object, name: str, **flags: bool) -> dict[str, Any]:

@@ -26,7 +26,6 @@ the episode and step (exit 3).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import copy
 import datetime
@@ -53,7 +52,7 @@ from graphiti_core.nodes import EpisodeType
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")  # no phone-home
 warnings.filterwarnings("ignore", message="The Kuzu backend is deprecated")
@@ -275,12 +274,7 @@ class GraphitiAgent(Tenants):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9005)
-    ap.add_argument(
-        "--data", type=Path, default=Path("graphiti-agent-data"), help="one Kuzu database per tenant"
-    )
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap = arguments(__doc__, 9005, "graphiti-agent-data", "one Kuzu database per tenant")
     ap.add_argument(
         "--forget",
         choices=["graphiti", "none"],

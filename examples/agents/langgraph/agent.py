@@ -17,7 +17,6 @@ model calls to an OpenAI-compatible endpoint (``OPENAI_BASE_URL``, e.g. ``eu-aud
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from langgraph.store.sqlite import SqliteStore
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -275,10 +274,7 @@ class LangGraphAgent(Tenants):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9001)
-    ap.add_argument("--data", type=Path, default=Path("langgraph-agent-data"), help="checkpointer and store")
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap = arguments(__doc__, 9001, "langgraph-agent-data", "checkpointer and store")
     ap.add_argument(
         "--forget",
         choices=["store", "none"],

@@ -21,7 +21,6 @@ with LangMem's own error, which the harness reports with the episode and step (e
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import re
@@ -38,7 +37,7 @@ from langmem import create_memory_store_manager
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -235,12 +234,7 @@ class LangMemAgent(Tenants):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9004)
-    ap.add_argument(
-        "--data", type=Path, default=Path("langmem-agent-data"), help="the store and the sessions"
-    )
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap = arguments(__doc__, 9004, "langmem-agent-data", "the store and the sessions")
     ap.add_argument(
         "--forget",
         choices=["langmem", "none"],

@@ -23,7 +23,6 @@ Letta Code, a terminal client), and its dependencies must be resolved as of its 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -40,7 +39,7 @@ from fastapi import HTTPException
 from letta_client import Letta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 PERSONA = "I am a personal assistant agent acting for one user. I am brief."
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
@@ -266,15 +265,10 @@ class LettaAgent(Tenants):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9006)
+    ap = arguments(__doc__, 9006, "letta-agent-data", "the Letta server's home and files")
     ap.add_argument(
         "--letta-port", type=int, default=8283, help="where the Letta server this script starts listens"
     )
-    ap.add_argument(
-        "--data", type=Path, default=Path("letta-agent-data"), help="the Letta server's home and files"
-    )
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
     ap.add_argument("--forget", choices=["letta", "none"], default="letta")
     ap.add_argument(
         "--max-steps",

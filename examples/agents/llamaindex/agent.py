@@ -27,7 +27,6 @@ Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema ag
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
@@ -53,7 +52,7 @@ from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -295,12 +294,7 @@ class LlamaIndexAgent(Tenants):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9003)
-    ap.add_argument(
-        "--data", type=Path, default=Path("llamaindex-agent-data"), help="a SQLite file per tenant"
-    )
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap = arguments(__doc__, 9003, "llamaindex-agent-data", "a SQLite file per tenant")
     ap.add_argument(
         "--forget",
         choices=["rewrite", "reset", "none"],

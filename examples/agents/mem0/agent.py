@@ -27,7 +27,6 @@ cases on older releases.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
@@ -46,7 +45,7 @@ from mem0 import Memory
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -360,12 +359,7 @@ def _call_ids(history: list[dict[str, Any]]) -> set[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9000)
-    ap.add_argument(
-        "--data", type=Path, default=Path("mem0-agent-data"), help="mem0's stores, one folder per tenant"
-    )
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap = arguments(__doc__, 9000, "mem0-agent-data", "mem0's stores, one folder per tenant")
     ap.add_argument(
         "--infer",
         action="store_true",

@@ -21,7 +21,6 @@ started with (serve's lane for it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from typing import Any
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 SYSTEM = "You are a brief personal assistant. Use the tools when a task needs them."
 
@@ -181,10 +180,7 @@ def _json_or_none(text: str | None) -> Any:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9010)
-    ap.add_argument("--data", type=Path, default=Path("minimal-agent-data"), help="a folder per tenant")
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap = arguments(__doc__, 9010, "minimal-agent-data", "a folder per tenant")
     args = ap.parse_args()
     serve_agent(MinimalAgent(args.data, args.model), "minimal-agent", args.port, tenant_model_url=True)
 

@@ -36,7 +36,6 @@ Nothing here imports eu-audit: it speaks the HTTP contract (``eu-audit schema ag
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -65,7 +64,7 @@ from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, serve_agent
+from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
 
 set_tracing_disabled(True)
 
@@ -295,12 +294,7 @@ class AgentsSDKAgent(Tenants):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, default=9002)
-    ap.add_argument(
-        "--data", type=Path, default=Path("openai-agents-data"), help="one SQLite file per tenant"
-    )
-    ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ap = arguments(__doc__, 9002, "openai-agents-data", "one SQLite file per tenant")
     ap.add_argument(
         "--forget",
         choices=["rewrite", "clear", "none"],
