@@ -157,6 +157,28 @@ class Tenants:
                 del self.sessions[sid]
 
 
+def action(call_id: str, name: str, arguments: str | None) -> dict[str, Any]:
+    """A tool call as the contract's action; arguments that are not JSON are None (the harness records
+    the call as malformed)."""
+    try:
+        args = json.loads(arguments or "{}")
+    except ValueError:
+        args = None
+    return {"id": call_id, "name": name, "arguments": args}
+
+
+def actions(calls: list[Any] | None) -> list[dict[str, Any]]:
+    """OpenAI tool calls, as the client returns them or as dicts (``{"id", "function": {"name",
+    "arguments"}}``), as the contract's actions."""
+    out = []
+    for c in calls or []:
+        if isinstance(c, dict):
+            out.append(action(c["id"], c["function"]["name"], c["function"].get("arguments")))
+        else:
+            out.append(action(c.id, c.function.name, c.function.arguments))
+    return out
+
+
 def arguments(doc: str | None, port: int, data: str, data_help: str) -> argparse.ArgumentParser:
     """The command line every agent takes (``--port``, ``--data``, ``--model``); it adds its own."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
-import json
 import os
 import re
 import shutil
@@ -52,7 +51,16 @@ from graphiti_core.nodes import EpisodeType
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
+from contract_kit import (
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    actions,
+    arguments,
+    serve_agent,
+)
 
 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")  # no phone-home
 warnings.filterwarnings("ignore", message="The Kuzu backend is deprecated")
@@ -153,14 +161,7 @@ class GraphitiAgent(Tenants):
         if calls:
             turn["tool_calls"] = calls
         s["history"].append(turn)
-        actions = []
-        for c in calls:
-            try:
-                args = json.loads(c["function"]["arguments"] or "{}")
-            except ValueError:
-                args = None
-            actions.append({"id": c["id"], "name": c["function"]["name"], "arguments": args})
-        return {"text": msg.content or "", "actions": actions}
+        return {"text": msg.content or "", "actions": actions(calls)}
 
     # --- the contract -----------------------------------------------------------------------------
 

@@ -37,7 +37,16 @@ from langmem import create_memory_store_manager
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
+from contract_kit import (
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    actions,
+    arguments,
+    serve_agent,
+)
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -117,14 +126,7 @@ class LangMemAgent(Tenants):
         s["history"].append(
             {"role": "assistant", "content": msg.content or "", **({"tool_calls": calls} if calls else {})}
         )
-        actions = []
-        for c in calls:
-            try:
-                args = json.loads(c["function"]["arguments"] or "{}")
-            except ValueError:
-                args = None
-            actions.append({"id": c["id"], "name": c["function"]["name"], "arguments": args})
-        return {"text": msg.content or "", "actions": actions}
+        return {"text": msg.content or "", "actions": actions(calls)}
 
     def extract(self, tenant: str, exchange: list[dict[str, Any]]) -> None:
         """LangMem's extraction over the exchange; its own error fails the turn, named."""

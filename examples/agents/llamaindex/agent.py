@@ -52,7 +52,16 @@ from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
+from contract_kit import (
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    actions,
+    arguments,
+    serve_agent,
+)
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -169,14 +178,7 @@ class LlamaIndexAgent(Tenants):
         self.wait(
             memory.aput(ChatMessage(role="assistant", content=msg.content or "", additional_kwargs=extra))
         )
-        actions = []
-        for c in calls:
-            try:
-                args = json.loads(c["function"]["arguments"] or "{}")
-            except ValueError:
-                args = None
-            actions.append({"id": c["id"], "name": c["function"]["name"], "arguments": args})
-        return {"text": msg.content or "", "actions": actions}
+        return {"text": msg.content or "", "actions": actions(calls)}
 
     def call_ids(self, tenant: str, sid: str) -> set[str]:
         history = self.wait(self.memory(tenant, sid).aget_all())

@@ -28,7 +28,6 @@ cases on older releases.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import shutil
@@ -45,7 +44,16 @@ from mem0 import Memory
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
+from contract_kit import (
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    actions,
+    arguments,
+    serve_agent,
+)
 
 SYSTEM = (
     "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
@@ -197,14 +205,7 @@ class Mem0Agent(Tenants):
                 for c in calls
             ]
         s["history"].append(turn)
-        actions = []
-        for c in calls:
-            try:
-                args = json.loads(c.function.arguments or "{}")
-            except ValueError:
-                args = None
-            actions.append({"id": c.id, "name": c.function.name, "arguments": args})
-        return {"text": msg.content or "", "actions": actions}
+        return {"text": msg.content or "", "actions": actions(calls)}
 
     # --- the contract ---------------------------------------------------------------------------------
 

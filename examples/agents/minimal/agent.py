@@ -33,7 +33,16 @@ from typing import Any
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
+from contract_kit import (
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    actions,
+    arguments,
+    serve_agent,
+)
 
 SYSTEM = "You are a brief personal assistant. Use the tools when a task needs them."
 
@@ -83,16 +92,12 @@ class MinimalAgent(Tenants):
             .choices[0]
             .message
         )
-        calls = [
-            {"id": c.id, "name": c.function.name, "arguments": _json_or_none(c.function.arguments)}
-            for c in msg.tool_calls or []
-        ]
         said: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
         if msg.tool_calls:
             said["tool_calls"] = [c.model_dump() for c in msg.tool_calls]
         s["messages"].append(said)
         self.save(s["tenant"])
-        return {"text": msg.content or "", "actions": calls}
+        return {"text": msg.content or "", "actions": actions(msg.tool_calls)}
 
     # --- the contract ------------------------------------------------------------------------------
 
@@ -170,13 +175,6 @@ class MinimalAgent(Tenants):
         return {
             "paths": [str(self.sessions_file(tenant).resolve()), str(self.memories_file(tenant).resolve())]
         }
-
-
-def _json_or_none(text: str | None) -> Any:
-    try:
-        return json.loads(text or "{}")
-    except ValueError:
-        return None  # arguments that are not JSON: the harness records the call as malformed
 
 
 def main() -> None:

@@ -64,7 +64,16 @@ from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
+from contract_kit import (
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    action,
+    arguments,
+    serve_agent,
+)
 
 set_tracing_disabled(True)
 
@@ -190,15 +199,8 @@ class AgentsSDKAgent(Tenants):
                 # says nothing, as a deployed agent's error handler would
                 print(f"the SDK refused the model's answer: {exc}", flush=True)
                 return {"text": "", "actions": []}
-        actions = []
-        for c in calls:
-            try:
-                args = json.loads(c["arguments"] or "{}")
-            except ValueError:
-                args = None
-            actions.append({"id": c["id"], "name": c["name"], "arguments": args})
         text = "" if calls else str(result.final_output or "")
-        return {"text": text, "actions": actions}
+        return {"text": text, "actions": [action(c["id"], c["name"], c["arguments"]) for c in calls]}
 
     # --- the contract -----------------------------------------------------------------------------
 
