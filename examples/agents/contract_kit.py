@@ -39,6 +39,20 @@ CONTRACT = "eu-audit/agent-api@1"
 PREFIX = "/eu-audit/v1"
 
 
+#: the instruction every reference agent gives its model, one text for all: the stacks are compared on the
+#: same prompt, only their memory differs
+SYSTEM = (
+    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
+    "them, and what you remember about the user when it helps."
+)
+
+
+def norm(text: str) -> str:
+    """Case and punctuation folded, the way the reference agents' forgets look for the target: "12 Linden
+    St." and "12 linden st" are one needle."""
+    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
+
+
 class StartSession(BaseModel):
     tenant: str
     seed: int = 0

@@ -59,6 +59,7 @@ from contract_kit import (
     Tenants,
     actions,
     arguments,
+    norm,
     serve_agent,
 )
 
@@ -71,10 +72,6 @@ SYSTEM = (
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
 KEEP_MESSAGES = 8
 _T = TypeVar("_T")
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 def _group(tenant: str) -> str:
@@ -216,11 +213,11 @@ class GraphitiAgent(Tenants):
         ``--forget none``: acknowledged, nothing removed (B0)."""
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"removed": []}}
-        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        needles = [norm(v) for v in [body.target, *body.variants] if norm(v)]
         g = self.graph(tenant)
         now = datetime.datetime.now(datetime.UTC)
         episodes = self.graphiti("retrieve_episodes", g.retrieve_episodes(now, last_n=100_000))
-        removed = [str(e.uuid) for e in episodes if any(n in _norm(e.content) for n in needles)]
+        removed = [str(e.uuid) for e in episodes if any(n in norm(e.content) for n in needles)]
         for ep in removed:
             self.graphiti("remove_episode", g.remove_episode(ep))
         return {"status": "ok", "detail": f"removed {len(removed)} episodes", "receipt": {"removed": removed}}

@@ -42,21 +42,23 @@ from langgraph.store.sqlite import SqliteStore
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
-
-SYSTEM = (
-    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
-    "them, and what you remember about the user when it helps."
+from contract_kit import (
+    SYSTEM,
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    arguments,
+    norm,
+    serve_agent,
 )
+
 KEEP_MESSAGES = 6  # past this, older messages are summarized and removed from the thread
 
 
 class State(MessagesState):
     summary: str
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 class LangGraphAgent(Tenants):
@@ -221,10 +223,10 @@ class LangGraphAgent(Tenants):
         ``--forget none`` the request is acknowledged and nothing is deleted (the paper's B0)."""
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
-        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        needles = [norm(v) for v in [body.target, *body.variants] if norm(v)]
         deleted = []
         for item in self.store.search((tenant,), limit=10_000):
-            if any(n in _norm(json.dumps(item.value)) for n in needles):
+            if any(n in norm(json.dumps(item.value)) for n in needles):
                 self.store.delete(item.namespace, item.key)
                 deleted.append("/".join([*item.namespace, item.key]))
         return {

@@ -38,6 +38,7 @@ from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
 from contract_kit import (
+    SYSTEM,
     ForgetRequest,
     MemoryRecord,
     Message,
@@ -45,18 +46,11 @@ from contract_kit import (
     Tenants,
     actions,
     arguments,
+    norm,
     serve_agent,
 )
 
-SYSTEM = (
-    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
-    "them, and what you remember about the user when it helps."
-)
 KEEP_MESSAGES = 8  # the buffer the model sees: older messages drop out of the prompt (kept on disk)
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 def _text(value: Any) -> str:
@@ -188,14 +182,14 @@ class LangMemAgent(Tenants):
         and by listing, deleted with ``manager.delete``. ``--forget none``: acknowledged, nothing deleted."""
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
-        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        needles = [norm(v) for v in [body.target, *body.variants] if norm(v)]
         found = {
             m.key: _text(m.value)
             for q in [body.target, *body.variants]
             for m in self.memories(tenant, q, 100)
         }
         found.update({m.key: _text(m.value) for m in self.memories(tenant, None, 10_000)})
-        deleted = [key for key, text in found.items() if any(n in _norm(text) for n in needles)]
+        deleted = [key for key, text in found.items() if any(n in norm(text) for n in needles)]
         for key in deleted:
             self.manager(tenant).delete(key, config=self.config(tenant))
         return {

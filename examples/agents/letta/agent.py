@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sqlite3
 import subprocess
@@ -39,7 +38,16 @@ from fastapi import HTTPException
 from letta_client import Letta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, MemoryRecord, Message, StartSession, Tenants, arguments, serve_agent
+from contract_kit import (
+    ForgetRequest,
+    MemoryRecord,
+    Message,
+    StartSession,
+    Tenants,
+    arguments,
+    norm,
+    serve_agent,
+)
 
 PERSONA = "I am a personal assistant agent acting for one user. I am brief."
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
@@ -51,10 +59,6 @@ TEXT_TABLES = {  # Letta's tables that hold text, and how a row is tied to an ag
     "archival_passages": "SELECT p.id, p.text, p.is_deleted FROM archival_passages p "
     "JOIN archives_agents a ON a.archive_id = p.archive_id WHERE a.agent_id = ?",
 }
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 class LettaAgent(Tenants):
@@ -194,10 +198,10 @@ class LettaAgent(Tenants):
     def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {}}
-        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        needles = [norm(v) for v in [body.target, *body.variants] if norm(v)]
 
         def carries(text: str) -> bool:
-            return any(n in _norm(text) for n in needles)
+            return any(n in norm(text) for n in needles)
 
         block = self.human(tenant)
         value = self.letta("blocks.retrieve", lambda: self.client.blocks.retrieve(block)).value or ""

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shutil
 import sqlite3
 import sys
@@ -53,6 +52,7 @@ from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
 from contract_kit import (
+    SYSTEM,
     ForgetRequest,
     MemoryRecord,
     Message,
@@ -60,19 +60,12 @@ from contract_kit import (
     Tenants,
     actions,
     arguments,
+    norm,
     serve_agent,
 )
 
-SYSTEM = (
-    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
-    "them, and what you remember about the user when it helps."
-)
 TOKEN_LIMIT = 1200  # the queue archives into the fact block past 70% of this (LlamaIndex's ratio)
 _T = TypeVar("_T")
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 class ServedLLM(CustomLLM):
@@ -229,10 +222,10 @@ class LlamaIndexAgent(Tenants):
     def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"removed": 0}}
-        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        needles = [norm(v) for v in [body.target, *body.variants] if norm(v)]
 
         def carries(text: str) -> bool:
-            return any(n in _norm(text) for n in needles)
+            return any(n in norm(text) for n in needles)
 
         removed = 0
         for sid in self.stored_ids(tenant):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import shutil
 import sqlite3
 import sys
@@ -45,6 +44,7 @@ from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
 from contract_kit import (
+    SYSTEM,
     ForgetRequest,
     MemoryRecord,
     Message,
@@ -52,19 +52,12 @@ from contract_kit import (
     Tenants,
     actions,
     arguments,
+    norm,
     serve_agent,
 )
 
-SYSTEM = (
-    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
-    "them, and what you remember about the user when it helps."
-)
 EMBED_DIMS = 384  # MiniLM, what eu-audit serve's /v1/embeddings returns
 KEEP_MESSAGES = 6  # the rolling window: older messages are folded into the summary
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 def _scoped(method: Any, tenant: str, k: int, *args: Any) -> list[dict[str, Any]]:
@@ -278,14 +271,14 @@ class Mem0Agent(Tenants):
         if self.forget_mode == "delete_all":  # mem0's erasure of a whole user
             m.delete_all(user_id=tenant)
             return {"status": "ok", "detail": "Memory.delete_all(user_id)", "receipt": {"deleted": "all"}}
-        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        needles = [norm(v) for v in [body.target, *body.variants] if norm(v)]
         found: dict[str, str] = {}
         for query in [body.target, *body.variants]:
             for hit in _scoped(m.search, tenant, 50, query):
                 found[hit["id"]] = hit["memory"]
         for item in _scoped(m.get_all, tenant, 1000):
             found[item["id"]] = item["memory"]
-        deleted = [mid for mid, text in found.items() if any(n in _norm(text) for n in needles)]
+        deleted = [mid for mid, text in found.items() if any(n in norm(text) for n in needles)]
         for mid in deleted:
             m.delete(mid)
         return {

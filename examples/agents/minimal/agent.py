@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import uuid
@@ -41,15 +40,11 @@ from contract_kit import (
     Tenants,
     actions,
     arguments,
+    norm,
     serve_agent,
 )
 
 SYSTEM = "You are a brief personal assistant. Use the tools when a task needs them."
-
-
-def norm(text: str) -> str:
-    """Case and punctuation folded: "12 Linden St." and "12 linden st" are one needle."""
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 class MinimalAgent(Tenants):

@@ -65,6 +65,7 @@ from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the contract kit beside the agents
 from contract_kit import (
+    SYSTEM,
     ForgetRequest,
     MemoryRecord,
     Message,
@@ -72,21 +73,14 @@ from contract_kit import (
     Tenants,
     action,
     arguments,
+    norm,
     serve_agent,
 )
 
 set_tracing_disabled(True)
 
-SYSTEM = (
-    "You are a personal assistant agent acting for one user. Be brief. Use the tools when a task needs "
-    "them, and what you remember about the user when it helps."
-)
 PENDING = "(the result of this call arrives in the next message)"
 MEMORY = "memory"  # the session that holds the tenant's injected records
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", text.lower()).strip()
 
 
 def _text(item: Any) -> str:
@@ -251,11 +245,11 @@ class AgentsSDKAgent(Tenants):
     def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"removed": 0}}
-        needles = [_norm(v) for v in [body.target, *body.variants] if _norm(v)]
+        needles = [norm(v) for v in [body.target, *body.variants] if norm(v)]
         removed, cleared = 0, []
         for sid in self.stored_ids(tenant):
             items = self.items(tenant, sid)
-            keep = [it for it in items if not any(n in _norm(_text(it)) for n in needles)]
+            keep = [it for it in items if not any(n in norm(_text(it)) for n in needles)]
             if len(keep) == len(items):
                 continue
             with self.store(tenant, sid) as store:
