@@ -213,6 +213,13 @@ class LangMemAgent(Tenants):
         self.load_sessions(tenant)
         return {"ok": True}
 
+    def files(self, tenant: str) -> dict[str, Any]:
+        """Where the tenant is persisted: the LangGraph store every tenant shares (eu-audit counts only
+        its rows that name this tenant) and the tenant's conversation file."""
+        return {
+            "paths": [str((self.data / "store.sqlite").resolve()), str(self.sessions_file(tenant).resolve())]
+        }
+
     def dump(self, tenant: str) -> dict[str, Any]:
         """LangMem's memories in the store (every item of the tenant's namespaces) and the conversations."""
         items = [

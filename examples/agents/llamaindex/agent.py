@@ -268,6 +268,13 @@ class LlamaIndexAgent(Tenants):
         self.load_sessions(tenant)
         return {"ok": True}
 
+    def files(self, tenant: str) -> dict[str, Any]:
+        """Where the tenant is persisted: its chat store's SQLite file and its session table (the fact
+        block lives in process memory only)."""
+        return {
+            "paths": [str((self.folder(tenant) / f).resolve()) for f in ("memory.sqlite", "sessions.json")]
+        }
+
     def dump(self, tenant: str) -> dict[str, Any]:
         """The chat store's rows (active and archived), and the fact block's facts."""
         items: list[dict[str, Any]] = []
