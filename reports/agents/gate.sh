@@ -3,7 +3,7 @@
 #
 #   reports/agents/gate.sh AGENT FORGET SUITE N MODEL OUT
 #
-#   AGENT   mem0 | langgraph | openai-agents | llamaindex | langmem (examples/agents/AGENT/agent.py) |
+#   AGENT   minimal | mem0 | langgraph | openai-agents | llamaindex | langmem (examples/agents/AGENT/agent.py) |
 #           eu-audit (eu-audit agent, the control)
 #   FORGET  the agent's forget: mem0 | store | none (B0) for the examples; b7 | b1 for eu-audit agent
 #   SUITE   builtin, bfcl-memory, ...   N  sessions per suite   MODEL  what eu-audit serve runs

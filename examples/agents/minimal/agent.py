@@ -48,9 +48,9 @@ SYSTEM = "You are a brief personal assistant. Use the tools when a task needs th
 
 
 class MinimalAgent(Tenants):
-    def __init__(self, data: Path, model: str) -> None:
+    def __init__(self, data: Path, model: str, forget: str = "remove") -> None:
         super().__init__(data)  # sessions, a lock and a model URL per tenant, the session table on disk
-        self.model = model
+        self.model, self.forget_mode = model, forget
         self.memories: dict[str, list[dict[str, str]]] = {}  # tenant -> its memories
 
     # --- state -------------------------------------------------------------------------------------
@@ -131,7 +131,10 @@ class MinimalAgent(Tenants):
         return {"text": "", "actions": []}
 
     def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
-        """Every memory and every message that carries the target (or a variant) goes."""
+        """Every memory and every message that carries the target (or a variant) goes. With ``--forget
+        none`` the request is acknowledged and nothing is removed (the paper's B0)."""
+        if self.forget_mode == "none":
+            return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"removed": 0}}
         needles = [n for n in (norm(v) for v in [body.target, *body.variants]) if n]
 
         def carries(item: dict[str, Any]) -> bool:
@@ -174,8 +177,15 @@ class MinimalAgent(Tenants):
 
 def main() -> None:
     ap = arguments(__doc__, 9010, "minimal-agent-data", "a folder per tenant")
+    ap.add_argument(
+        "--forget",
+        choices=["remove", "none"],
+        default="remove",
+        help="remove: every memory and message that carries the target; none: remove nothing (B0)",
+    )
     args = ap.parse_args()
-    serve_agent(MinimalAgent(args.data, args.model), "minimal-agent", args.port, tenant_model_url=True)
+    agent = MinimalAgent(args.data, args.model, forget=args.forget)
+    serve_agent(agent, "minimal-agent", args.port, tenant_model_url=True)
 
 
 if __name__ == "__main__":
