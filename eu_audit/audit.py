@@ -34,6 +34,7 @@ from eu_audit.audits.scoring import Evidence, score
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import KVEngine, Sampling
 from eu_audit.errors import BadInput, EuAuditError
+from eu_audit.progress import Progress
 from eu_audit.runtime.agent import derive_seed
 from eu_audit.runtime.memory import memory_text
 from eu_audit.runtime.models import LoadedModel
@@ -44,7 +45,6 @@ from eu_audit.trace.session import Bundle, SessionTrace
 from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
 
-Progress = Callable[[str, int, int], None]
 #: metrics that compare a state with B5's: not measured without the floor
 
 

@@ -20,6 +20,7 @@ from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.jsonl import check_output_path, temp_beside
+from eu_audit.progress import Progress
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
@@ -28,8 +29,6 @@ from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
 from eu_audit.trace.records import Decoding, Header, ModelInfo, check_decoding
 from eu_audit.trace.session import Bundle, SessionTrace
-
-Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
 @dataclass

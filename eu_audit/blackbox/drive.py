@@ -57,6 +57,7 @@ from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
+from eu_audit.progress import Progress
 from eu_audit.record import ProgressCounter, pick_episodes
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.world import World
@@ -74,7 +75,6 @@ from eu_audit.trace.records import (
 )
 from eu_audit.trace.session import Bundle, SessionTrace
 
-Progress = Callable[[str, int, int], None]
 __all__ = ["CONTROL_TENANT", "METHODS", "AgentRecordOptions", "Bounds", "record_agent", "run_tenant"]
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -23,11 +22,10 @@ from pydantic import BaseModel, Field
 from eu_audit.audits.model import FLOOR, StateAudit
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
+from eu_audit.progress import Progress
 from eu_audit.suites.compose import Knobs
 
 from .builder import preference_episodes
-
-Progress = Callable[[str, int, int], None]
 
 #: a pair is measurable when at least this share of its asks named one of the two providers
 MIN_NAMED = 0.5
