@@ -16,7 +16,7 @@ modules, then from installed packages. A package plugs in one of two ways:
     [project.entry-points."eu_audit.plugins"]
     mine = "my_package.eu_audit_plugin"
 
-``docs/library.md`` lists the same table (``markdown_table``; a test keeps the two equal).
+``docs/library.md`` lists the same table (``extension_points_table``; a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def load_plugins() -> None:
         ep.load()
 
 
-def markdown_table() -> str:
+def extension_points_table() -> str:
     """The extension points as the Markdown table ``docs/library.md`` shows."""
     rows = ["| registry | kind (`eu_audit.<kind>`) | one entry is | used by |", "|---|---|---|---|"]
     for p in EXTENSION_POINTS:

@@ -149,7 +149,7 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
     """Shard audits -> the audit of the union of their sessions: states joined, probes dropped, floors,
     cells and p-values recomputed over all of them, exactly as one run on the same sessions would."""
     from eu_audit.audits.model import read_report
-    from eu_audit.summary import cells_of, drop_probes, floor_self_of, method_order
+    from eu_audit.summary import cells_of, drop_probes, floor_self_of, methods_of
 
     if len(paths) < 2:
         raise BadInput("merge needs at least two files")
@@ -175,7 +175,7 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
         (st for r in reports for st in r.states), key=lambda st: (session_index(st.session_id), st.session_id)
     )
     base = reports[0]
-    methods = method_order(states)
+    methods = methods_of(states)
     dropped = drop_probes(states, base.probes)
     cost = {
         "wall_s": round(sum(float(r.cost.get("wall_s", 0) or 0) for r in reports), 1),

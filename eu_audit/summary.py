@@ -57,7 +57,7 @@ def summarise(
             without_floor(st)
             continue
         score_against_floor(FloorPair(st, ref, mine, ref_trace))
-    methods = method_order(states)
+    methods = methods_of(states)
     return AuditReport(
         bundle=str(path),
         bundle_digest=file_digest(path),
@@ -84,7 +84,7 @@ def summarise(
     )
 
 
-def method_order(states: Sequence[StateAudit]) -> list[str]:
+def methods_of(states: Sequence[StateAudit]) -> list[str]:
     """The methods of these states in their registered places; pseudo-methods (agent, serving) last."""
     from eu_audit.methods import METHODS
 

@@ -70,7 +70,7 @@ def test_the_agents_table_is_what_the_committed_rows_say_and_no_cell_is_over_20_
 
 
 def test_every_registry_is_one_listed_extension_point_and_the_docs_table_is_made_from_the_list() -> None:
-    from eu_audit.plugins import EXTENSION_POINTS, markdown_table
+    from eu_audit.plugins import EXTENSION_POINTS, extension_points_table
     from eu_audit.registry import Registry
 
     defined = set()  # "module:NAME" of every module-level Registry in the package, found in the source
@@ -81,7 +81,7 @@ def test_every_registry_is_one_listed_extension_point_and_the_docs_table_is_made
     listed = [p.registry for p in EXTENSION_POINTS]
     assert sorted(listed) == sorted(defined) and len(set(listed)) == len(listed)
     assert all(isinstance(p.resolve(), Registry) for p in EXTENSION_POINTS)
-    assert markdown_table() in (ROOT / "docs" / "library.md").read_text()
+    assert extension_points_table() in (ROOT / "docs" / "library.md").read_text()
 
 
 def test_a_package_plugs_in_through_the_one_entry_point_group(

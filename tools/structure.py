@@ -167,6 +167,9 @@ def repeated_names(root: Path) -> dict[str, list[str]]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 names = [node.name]
             elif isinstance(node, ast.Assign):
+                value = node.value
+                if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("TypeVar"):
+                    continue  # a type variable (``T``) is a local convention, not a definition
                 names = [t.id for t in node.targets if isinstance(t, ast.Name)]
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 names = [node.target.id]

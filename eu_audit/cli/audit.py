@@ -140,8 +140,8 @@ AuditSubject = Annotated[
 ]
 
 
-@app.command()
-def audit(
+@app.command("audit")
+def audit_command(
     bundle_path: AuditBundlePath,
     method: AuditMethod = ["all"],  # noqa: B006 - typer reads the default
     floor: AuditFloor = True,

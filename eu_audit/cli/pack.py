@@ -79,9 +79,9 @@ def pack_run(
     root = DEFAULT_CASES.parent  # a case's agent is a path in the checkout (examples/agents/...)
     results = run_pack(chosen, root, out_path, lambda line: say(out, line), release)
     if report is not None:
-        from eu_audit.pack.table import write_report
+        from eu_audit.pack.table import write_pack_report
 
-        say(out, f"wrote {write_report(report, load_cases(cases), results, out_path)}")
+        say(out, f"wrote {write_pack_report(report, load_cases(cases), results, out_path)}")
     for line in figures(chosen, results):
         say(out, line)
     if any(r.verdict == "run failed" for r in results):

@@ -186,8 +186,8 @@ def _agent_only(recheck: str | None, positive_control: bool, store_path: list[st
     }
 
 
-@app.command()
-def record(
+@app.command("record")
+def record_command(
     suite: RecordSuite = "builtin",
     n: RecordN = None,
     model: RecordModel = DEFAULT_MODEL,

@@ -40,8 +40,8 @@ ServePieceTokens = Annotated[
 ]
 
 
-@app.command()
-def serve(
+@app.command("serve")
+def serve_command(
     model: Annotated[
         str, typer.Option(help="Registered model, local HF directory or .gguf file.")
     ] = DEFAULT_MODEL,

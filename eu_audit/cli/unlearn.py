@@ -21,8 +21,8 @@ from eu_audit.cli.app import (
 from eu_audit.errors import BadInput
 
 
-@app.command()
-def unlearn(
+@app.command("unlearn")
+def unlearn_command(
     bundle_path: Annotated[Path, typer.Argument(help="A recorded trace bundle (JSONL); never modified.")],
     method: Annotated[
         list[str],

@@ -15,8 +15,8 @@ from eu_audit.cli.app import (
 )
 
 
-@app.command()
-def verify(
+@app.command("verify")
+def verify_command(
     receipt: Annotated[Path, typer.Argument(help="A forget receipt (audit --attest): a DSSE envelope.")],
     files: Annotated[
         list[Path] | None,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from eu_audit.errors import BadInput, RunFailed
 
-WHEEL = "xllamacpp"
+SERVER_WHEEL = "xllamacpp"
 
 
 def free_port() -> int:
@@ -44,7 +44,8 @@ def serve(gguf: Path, *, port: int, parallel: int = 1, n_ctx: int = 8192, cache_
     try:
         import xllamacpp as xlc
     except ImportError as exc:
-        raise BadInput(f"the llama.cpp server needs the '{WHEEL}' wheel (pip install '{WHEEL}')") from exc
+        wheel = SERVER_WHEEL
+        raise BadInput(f"the llama.cpp server needs the '{wheel}' wheel (pip install '{wheel}')") from exc
     params = xlc.CommonParams()
     params.model.path = str(gguf)
     params.hostnames = ["127.0.0.1"]
@@ -134,7 +135,7 @@ def running(
                 proc.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_server(argv: list[str] | None = None) -> int:
     from eu_audit.runtime.models import gguf_path, resolve_model
 
     ap = argparse.ArgumentParser(prog="python -m eu_audit.engines.llamacpp_server", description=__doc__)
@@ -152,4 +153,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_server())

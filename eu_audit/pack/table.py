@@ -93,7 +93,7 @@ and **hold** the fixed one. Cases: [`pack/`](../../pack/) (one `case.toml` each)
 """
 
 
-def write_report(folder: Path, cases: list[Case], results: list[ReleaseResult], run: Path) -> Path:
+def write_pack_report(folder: Path, cases: list[Case], results: list[ReleaseResult], run: Path) -> Path:
     """Add ``results`` to the report folder's rows (a release run again replaces its row), keep each
     release's masked audit beside them, and write README.md from every row there."""
     import shutil

@@ -22,7 +22,7 @@ READY = "eu-audit-ready.txt"
 INSTALL_S = 900  # one release's install: a stack with its model libraries, from a cold pip cache
 
 
-def cache_root() -> Path:
+def venvs_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "eu-audit" / "pack-venvs"
 
@@ -49,7 +49,7 @@ def venv_for(pins: Sequence[str], python: str = "", *, log: Path | None = None) 
     python = python or sys.executable
     if not Path(python).is_file():
         raise RunFailed(f"the case's Python does not exist: {python}")
-    folder = cache_root() / venv_key(python, pins)
+    folder = venvs_root() / venv_key(python, pins)
     with _locked(folder.with_suffix(".lock")):
         if (folder / READY).is_file():
             return folder / "bin" / "python"

@@ -232,7 +232,9 @@ def resolve_model(ref: str) -> ModelSpec:
     )
 
 
-def sha256_file(paths: list[Path], sink: Any = None, progress: Callable[[int], None] | None = None) -> str:
+def sha256_of_files(
+    paths: list[Path], sink: Any = None, progress: Callable[[int], None] | None = None
+) -> str:
     """sha256 over the concatenation of ``paths``; optionally also write the bytes to ``sink``."""
     h = hashlib.sha256()
     for p in paths:
@@ -288,17 +290,17 @@ def _install(out: Path, target: Path) -> None:
 def _source_gguf(spec: ModelSpec, src: EmbeddedGGUF | GGUFFile, tmpdir: Path) -> tuple[Path, str]:
     """The GGUF file to read (parts joined into ``tmpdir`` when needed) and its verified sha256."""
     if isinstance(src, GGUFFile):
-        return src.path, sha256_file([src.path])
+        return src.path, sha256_of_files([src.path])
     parts = src.locate()
     total = sum(p.stat().st_size for p in parts)
     if len(parts) == 1:
         gguf = parts[0]
         with _progress(f"verifying {spec.name} weights", total) as adv:
-            digest = sha256_file(parts, progress=adv)
+            digest = sha256_of_files(parts, progress=adv)
     else:  # concatenate the parts while hashing them
         gguf = tmpdir / "model.gguf"
         with open(gguf, "wb") as sink, _progress(f"joining {spec.name} weights", total) as adv:
-            digest = sha256_file(parts, sink=sink, progress=adv)
+            digest = sha256_of_files(parts, sink=sink, progress=adv)
     if digest != src.sha256:
         raise RunFailed(
             f"{spec.name}: weight digest mismatch (got {digest}, expected {src.sha256}); "
@@ -486,7 +488,7 @@ def gguf_path(spec: ModelSpec) -> tuple[Path, str]:
     """(GGUF file, its sha256) for llama.cpp: the user's file, or the shipped parts joined and verified."""
     src = spec.source
     if isinstance(src, GGUFFile):
-        return src.path, sha256_file([src.path])
+        return src.path, sha256_of_files([src.path])
     if not isinstance(src, EmbeddedGGUF):
         raise BadInput(
             f"model '{spec.name}' has no GGUF file: the llamacpp engine needs one (use --engine hf)"
@@ -513,7 +515,7 @@ def _weight_digest(spec: ModelSpec, path: Path) -> str:
     if found:
         return found
     files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
-    return sha256_file(files)
+    return sha256_of_files(files)
 
 
 def _load_tokenizer(path: Path, name: str) -> Any:
