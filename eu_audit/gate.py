@@ -192,10 +192,10 @@ def evaluate(
             )
         )
     if report.tampering:
-        from eu_audit.blackbox.tamper import KINDS
+        from eu_audit.blackbox.tamper import TAMPER_KINDS
 
         named = "; ".join(
-            f"{t.session_id} {t.tenant}: {t.count} {KINDS.get(t.kind, t.kind)} ({t.example})"
+            f"{t.session_id} {t.tenant}: {t.count} {TAMPER_KINDS.get(t.kind, t.kind)} ({t.example})"
             for t in report.tampering
         )
         results.append(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eu_audit.matching import TargetMatcher
-from eu_audit.matching.evaluate import LABELLED, evaluate, read_rows
+from eu_audit.matching.evaluate import LABELLED, read_rows, score_matcher
 
 from .helpers import run_cli as run
 
@@ -19,10 +19,10 @@ def test_on_its_labelled_set_the_matcher_finds_98_percent_of_leaks_and_flags_no_
     assert len(rows) >= 300
     drawn = [r for r in rows if r.source != "written"]
     assert len(drawn) >= 150, "the set draws on the committed runs' answers and samples"
-    s = evaluate(rows)
+    s = score_matcher(rows)
     assert s.recall >= 0.98, [(r.target, r.text, r.how) for r in s.misses]
     assert s.fp == 0, [(r.target, r.text, r.how) for r in s.false_alarms]
-    on_drawn = evaluate([r for r in drawn if r.label != "paraphrase"])
+    on_drawn = score_matcher([r for r in drawn if r.label != "paraphrase"])
     assert on_drawn.recall >= 0.98 and on_drawn.tp >= 50
 
 

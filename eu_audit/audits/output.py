@@ -234,12 +234,12 @@ def forget_lines(report: AuditReport) -> list[str]:
 
 def tamper_lines(report: AuditReport) -> list[str]:
     """One line per tenant that tampered: what it tried, how often, one example (z masked)."""
-    from eu_audit.blackbox.tamper import KINDS
+    from eu_audit.blackbox.tamper import TAMPER_KINDS
 
     by: dict[tuple[str, str], list[str]] = {}
     for t in report.tampering:
         by.setdefault((t.session_id, t.tenant), []).append(
-            f"{t.count} {KINDS.get(t.kind, t.kind)} ({t.example})"
+            f"{t.count} {TAMPER_KINDS.get(t.kind, t.kind)} ({t.example})"
         )
     return [f"Tamper attempts, {sid} {tenant}: {'; '.join(said)}." for (sid, tenant), said in by.items()]
 

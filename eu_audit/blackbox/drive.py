@@ -48,7 +48,7 @@ from eu_audit.blackbox.contract import (
 from eu_audit.blackbox.driver import Driver, guarded
 from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.forensics import DiskReport, attach_disks
-from eu_audit.blackbox.options import CONTROL_TENANT, METHODS, AgentRecordOptions
+from eu_audit.blackbox.options import CONTROL_TENANT, RECORDED_METHODS, AgentRecordOptions
 from eu_audit.blackbox.residue import context_residue, store_residue
 from eu_audit.blackbox.serve_control import ServeControl
 from eu_audit.blackbox.tamper import MODEL_ENDPOINTS, Tenant, find_tampering
@@ -75,7 +75,7 @@ from eu_audit.trace.records import (
 )
 from eu_audit.trace.session import Bundle, SessionTrace
 
-__all__ = ["CONTROL_TENANT", "METHODS", "AgentRecordOptions", "Bounds", "record_agent", "run_tenant"]
+__all__ = ["CONTROL_TENANT", "RECORDED_METHODS", "AgentRecordOptions", "Bounds", "record_agent", "run_tenant"]
 
 
 def _split(ep: Episode) -> tuple[list[tuple[int, Step]], list[tuple[int, Step]]]:
@@ -342,7 +342,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     made_state = not state_dir.exists()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     outbox = Outbox(state_dir / "outbox.sqlite")
-    roles = [*METHODS, CONTROL_TENANT] if opts.positive_control else list(METHODS)
+    roles = [*RECORDED_METHODS, CONTROL_TENANT] if opts.positive_control else list(RECORDED_METHODS)
     canonical = [(i, ep, method, world) for i, ep in chosen for method, world in roles]
     # opaque tenant names: nothing the agent is told says which tenant is the reference
     names = {(i, method): secrets.token_hex(8) for i, _, method, _ in canonical}

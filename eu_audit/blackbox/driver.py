@@ -23,7 +23,7 @@ from eu_audit.blackbox.contract import (
     Turn,
 )
 from eu_audit.blackbox.forensics import DiskReport, read_files
-from eu_audit.blackbox.options import AgentRecordOptions, Kind
+from eu_audit.blackbox.options import AgentRecordOptions, ProbeKind
 from eu_audit.blackbox.recheck import at_forget, lacking, recheck, tool_refusal
 from eu_audit.blackbox.residue import snippet, store_residue
 from eu_audit.blackbox.serve_control import ServeControl
@@ -390,7 +390,7 @@ class Driver:
             what, lambda: self.agent.start(self.tenant, seed=self.opts.seed, tools=self.tools, **self.lane)
         ), "fresh session"
 
-    def ask(self, kind: Kind, name: str, prompt: str, seed: int | None) -> ElicitationRecord:
+    def ask(self, kind: ProbeKind, name: str, prompt: str, seed: int | None) -> ElicitationRecord:
         what = f"episode {self.ep.id}, {self.sid}, {kind} {name}"
         self.serve.mark(session=self.sid, method=self.sid.split("/")[-1], tenant=self.tenant, phase=kind)
         if seed is not None:

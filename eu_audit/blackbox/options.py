@@ -12,9 +12,9 @@ from eu_audit.shards import Shard
 
 #: the tenants of one session: the agent (its forget), the reference B5 (never fed z), and the positive
 #: control B0 (driven like the agent, never sent the forget: what each channel holds without a forget)
-METHODS: tuple[tuple[str, World], ...] = (("agent", "factual"), ("b5", "counterfactual"))
+RECORDED_METHODS: tuple[tuple[str, World], ...] = (("agent", "factual"), ("b5", "counterfactual"))
 CONTROL_TENANT: tuple[str, World] = ("b0", "factual")
-Kind = Literal["probe", "sample", "choice"]
+ProbeKind = Literal["probe", "sample", "choice"]
 
 
 @dataclass

@@ -38,7 +38,7 @@ from eu_audit.serve.control import CONTROL_ENDPOINTS
 from eu_audit.trace.session import SessionTrace
 
 MODEL_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
-KINDS = {
+TAMPER_KINDS = {
     "control_refused": "control call(s) without the secret, refused",
     "control_foreign": "control call(s) with the secret that the harness never made",
     "unknown_route": "call(s) to a route or lane serve does not have",
@@ -87,7 +87,7 @@ class Tenant:
 
 
 @dataclass
-class Found:
+class TamperEvidence:
     """Tamper attempts per (session, method): counts per kind and one example each."""
 
     counts: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
@@ -117,12 +117,12 @@ def find_tampering(
     tenants: dict[str, Tenant],
     lanes: dict[str, tuple[str, str]],
     first: tuple[str, str],
-) -> Found:
+) -> TamperEvidence:
     """Every tamper attempt in ``entries`` (serve's log from the run's start). ``key``: the harness's
     control key; ``sent``: the numbers of the control calls the harness made; ``tenants``: tenant name ->
     what it is; ``lanes``: lane id -> the (session, method) it was opened for; ``first``: the (session,
     method) that unattributed attempts are counted on."""
-    found = Found()
+    found = TamperEvidence()
     seen: set[str] = set()
     wrote_z: dict[str, bool] = {}  # session -> the reference's model has written z itself
 
@@ -176,4 +176,4 @@ def find_tampering(
 
 def describe(counts: dict[str, int]) -> str:
     """'2 control call(s) without the secret, refused; 1 ...' for one tenant's counts."""
-    return "; ".join(f"{n} {KINDS.get(kind, kind)}" for kind, n in sorted(counts.items()) if n)
+    return "; ".join(f"{n} {TAMPER_KINDS.get(kind, kind)}" for kind, n in sorted(counts.items()) if n)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from eu_audit.cli.app import app, out, say
-from eu_audit.matching.evaluate import LABELLED, evaluate, read_rows
+from eu_audit.matching.evaluate import LABELLED, read_rows, score_matcher
 
 
 @app.command()
@@ -31,7 +31,7 @@ def matcher(
     Paraphrases (z in other words, or only a part of it) get a recall of their own: no string matcher is
     meant to catch them, the behavioral and distribution audits are. Exit 0 always: it measures.
     """
-    s = evaluate(read_rows(labelled))
+    s = score_matcher(read_rows(labelled))
     t = Table(title=f"matcher on {labelled.name}: {s.rows} texts")
     for col in ("measure", "value", "n"):
         t.add_column(col)

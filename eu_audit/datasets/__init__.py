@@ -16,6 +16,9 @@ group). The built episode files (data) live in the repository's ``suites/`` fold
 machinery (knobs, composition, loading) is ``eu_audit.suites``.
 """
 
+#: what a data set's counterfactual world shows where the target was withheld (one text for every data set)
+WITHHELD = "[withheld]"
+
 #: registry kind -> the data sets' modules that register into it (loaded by the registry on first use)
 PLUGINS: dict[str, tuple[str, ...]] = {
     "tools": ("eu_audit.datasets.builtin.tools",),

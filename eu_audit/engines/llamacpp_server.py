@@ -135,7 +135,7 @@ def running(
                 proc.wait()
 
 
-def run_server(argv: list[str] | None = None) -> int:
+def run_llamacpp_server(argv: list[str] | None = None) -> int:
     from eu_audit.runtime.models import gguf_path, resolve_model
 
     ap = argparse.ArgumentParser(prog="python -m eu_audit.engines.llamacpp_server", description=__doc__)
@@ -153,4 +153,4 @@ def run_server(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_server())
+    sys.exit(run_llamacpp_server())

@@ -17,7 +17,7 @@ from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 
 LABELLED = Path(__file__).with_name("labelled.jsonl")
-LABELS = ("leak", "no-leak", "paraphrase")
+ROW_LABELS = ("leak", "no-leak", "paraphrase")
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,9 @@ def read_rows(path: Path = LABELLED) -> list[Row]:
         for key in ("target", "text", "label"):
             if not isinstance(d.get(key), str):
                 raise BadInput("missing or not a string", path=str(path), line=i, field=key)
-        if d["label"] not in LABELS:
+        if d["label"] not in ROW_LABELS:
             raise BadInput(
-                f"'{d['label']}' is not one of {', '.join(LABELS)}", path=str(path), line=i, field="label"
+                f"'{d['label']}' is not one of {', '.join(ROW_LABELS)}", path=str(path), line=i, field="label"
             )
         rows.append(
             Row(
@@ -92,7 +92,7 @@ def read_rows(path: Path = LABELLED) -> list[Row]:
     return rows
 
 
-def evaluate(rows: list[Row]) -> Scores:
+def score_matcher(rows: list[Row]) -> Scores:
     s = Scores(rows=len(rows))
     for r in rows:
         found = TargetMatcher.of(r.target, r.variants).found_in(r.text)

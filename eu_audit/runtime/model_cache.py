@@ -75,7 +75,7 @@ class Pins:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CacheCheck:
     ok: bool
     problem: str = ""  # what is wrong, naming the file
 
@@ -83,7 +83,7 @@ class Verdict:
         return self.ok
 
 
-def verify(folder: Path, *, force: bool = False, pins: Pins | None = None) -> Verdict:
+def verify(folder: Path, *, force: bool = False, pins: Pins | None = None) -> CacheCheck:
     """Is the folder what its marker says, and what the registry pins (``pins``)? Cheap when nothing
     changed since the last verification (a pinned file is hashed whenever ``force``)."""
     pins = pins or Pins()
@@ -91,12 +91,13 @@ def verify(folder: Path, *, force: bool = False, pins: Pins | None = None) -> Ve
         marker = json.loads((folder / MARKER).read_text())
         expected: dict[str, dict[str, object]] = marker["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return Verdict(False, f"{folder / MARKER}: missing or unreadable (an incomplete or older cache)")
+        return CacheCheck(False, f"{folder / MARKER}: missing or unreadable (an incomplete or older cache)")
     if pins.source and marker.get("source_sha256") != pins.source:
-        return Verdict(False, f"{folder / MARKER}: names another source than the registry pins (rewritten)")
+        why = "names another source than the registry pins (rewritten)"
+        return CacheCheck(False, f"{folder / MARKER}: {why}")
     for rel in pins.files or {}:
         if rel not in expected:
-            return Verdict(False, f"{folder / rel}: pinned by the registry, missing from the marker")
+            return CacheCheck(False, f"{folder / rel}: pinned by the registry, missing from the marker")
     try:
         stamp = json.loads((folder / STAMP).read_text())
     except (OSError, ValueError):
@@ -107,9 +108,9 @@ def verify(folder: Path, *, force: bool = False, pins: Pins | None = None) -> Ve
         try:
             st = path.stat()
         except OSError:
-            return Verdict(False, f"{path}: missing from the model cache")
+            return CacheCheck(False, f"{path}: missing from the model cache")
         if st.st_size != meta.get("size"):
-            return Verdict(
+            return CacheCheck(
                 False, f"{path}: {st.st_size} bytes, expected {meta.get('size')} (truncated or altered)"
             )
         now = [st.st_size, st.st_mtime_ns]
@@ -119,7 +120,7 @@ def verify(folder: Path, *, force: bool = False, pins: Pins | None = None) -> Ve
         want = (pins.files or {}).get(rel, meta.get("sha256"))
         if sha256_of(path) != want:
             against = "the registry pins" if rel in (pins.files or {}) else "the one written at conversion"
-            return Verdict(False, f"{path}: its sha256 differs from the one {against} (altered)")
+            return CacheCheck(False, f"{path}: its sha256 differs from the one {against} (altered)")
         fresh[rel] = now
     tmp = folder / f"{STAMP}.{os.getpid()}.tmp"
     try:
@@ -127,7 +128,7 @@ def verify(folder: Path, *, force: bool = False, pins: Pins | None = None) -> Ve
         os.replace(tmp, folder / STAMP)
     except OSError:
         pass  # a read-only cache still verifies; it will hash again next time
-    return Verdict(True)
+    return CacheCheck(True)
 
 
 #: folder -> its files' (name, size, mtime, ctime, inode) when it last verified in full, in this process
@@ -143,14 +144,14 @@ def _stats(folder: Path) -> list[tuple[str, int, int, int, int]]:
     return out
 
 
-def verify_for_load(folder: Path, pins: Pins | None = None) -> Verdict:
+def verify_for_load(folder: Path, pins: Pins | None = None) -> CacheCheck:
     """``verify`` with every file hashed, as a folder is about to be loaded."""
     try:
         stats = _stats(folder)
     except OSError as exc:
-        return Verdict(False, f"{folder}: {exc.strerror}")
+        return CacheCheck(False, f"{folder}: {exc.strerror}")
     if _VERIFIED.get(folder) == stats:
-        return Verdict(True)
+        return CacheCheck(True)
     verdict = verify(folder, force=True, pins=pins)
     if verdict:
         _VERIFIED[folder] = stats

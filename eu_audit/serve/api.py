@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: "forensics": the harness's own calls (embedding z to search an agent's stored vectors), no tenant's
-Phase = Literal["stream", "forget", "future", "probe", "sample", "choice", "recheck", "forensics"]
+LogPhase = Literal["stream", "forget", "future", "probe", "sample", "choice", "recheck", "forensics"]
 
 
 #: completion tokens for a request that names none (no ``max_tokens`` / ``max_completion_tokens``), within
@@ -59,7 +59,7 @@ class Mark(_Strict):
     session: str = Field(max_length=200)
     method: str = Field("", max_length=50)
     tenant: str = Field("", max_length=200)
-    phase: Phase
+    phase: LogPhase
     event: str = Field("", max_length=50)  # phase "recheck": which event (``eu_audit.blackbox.recheck``)
 
 

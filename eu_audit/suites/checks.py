@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -19,8 +19,7 @@ from eu_audit.episodes import Episode, StepKind
 from eu_audit.jsonl import describe_validation_error
 from eu_audit.matching import contains_target
 from eu_audit.runtime.tools import ENVIRONMENTS, TOOLSETS, ToolError, load_toolset
-
-World = Literal["factual", "counterfactual"]
+from eu_audit.runtime.world import World
 
 
 class EpisodeProblem(ValueError):

@@ -21,7 +21,7 @@ from eu_audit.audits.model import AuditReport
 from eu_audit.errors import BadInput
 
 #: the rechecks column: the channel over every recheck event (``eu_audit.audits.channels.LABELS``)
-RECHECKS = "after restart / compaction / turns"
+RECHECKS_COLUMN = "after restart / compaction / turns"
 AGENT = "agent"
 
 
@@ -106,7 +106,7 @@ def cell(reports: Path, suite: str, value: Any, cache: dict[tuple[Path, ...], Au
     folder, files = _audit_files(reports, str(value))
     rep = cache.get(files) or cache.setdefault(files, read_audits(files))
     link = f"{folder}/report.md"
-    if suite == RECHECKS:
+    if suite == RECHECKS_COLUMN:
         got = recheck_word(rep)
         if got is None:
             raise BadInput(f"{value}: this audit ran no rechecks", path=str(reports / folder))

@@ -23,7 +23,7 @@ from eu_audit.gate import overall
 from eu_audit.view.pages import AuditPage, audit_page
 
 #: written into every site: a folder holding it is a site ``view`` made, and may be replaced
-MARKER = ".eu-audit-view"
+VIEW_MARKER = ".eu-audit-view"
 REVEALED = "--reveal-target"
 
 
@@ -121,7 +121,7 @@ def _check_out(out: Path) -> None:
     """The site's folder: new, empty, or a site ``view`` made before (never someone's files)."""
     if out.exists() and not out.is_dir():
         raise BadInput("exists and is not a folder", path=str(out))
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / VIEW_MARKER).is_file():
         raise BadInput(
             "is a folder that view did not make; give a new or empty folder (view never writes over "
             "other files)",
@@ -198,7 +198,7 @@ def build_site(paths: Sequence[Path], out: Path, *, merge: bool = False) -> list
         with atomic_writer(out / name, private=private) as f:
             f.write(text)
         written.append(out / name)
-    with atomic_writer(out / MARKER, private=False) as f:
+    with atomic_writer(out / VIEW_MARKER, private=False) as f:
         f.write("a site written by eu-audit view; view may replace this folder's files\n")
     plots = [f for slug, _ in sweep_pages for f in sorted((out / slug.removesuffix(".html")).glob("*.png"))]
     return [*written, *(out / name for p in pages for name, _ in p.charts), *plots]

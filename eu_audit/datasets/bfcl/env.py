@@ -21,10 +21,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import to_jsonable_python
 
+from eu_audit.datasets import WITHHELD
 from eu_audit.errors import BadInput
 from eu_audit.runtime.tools import ENVIRONMENTS, TOOLSETS, ToolError, ToolFn, ToolSpec
 
-WITHHELD = "[withheld]"
 #: func-doc file -> backend class, as in bfcl_eval.constants.executable_backend_config
 CLASSES = {
     "gorilla_file_system": "GorillaFileSystem",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from eu_audit.datasets import WITHHELD
 from eu_audit.episodes import Episode, Step, StepKind, Target
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_input_file, describe_validation_error
@@ -25,7 +26,6 @@ from eu_audit.suites import LOADERS
 from eu_audit.suites.build import rng_for
 from eu_audit.suites.compose import EpisodeParts, Knobs, compose
 
-WITHHELD = "[withheld]"
 _GENERIC = [
     "Can you suggest a quick dinner idea?",
     "What is a good stretch for a stiff neck?",
@@ -33,7 +33,7 @@ _GENERIC = [
 ]
 
 
-class Turn(BaseModel):
+class LongMemEvalTurn(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: str
     content: str
@@ -46,7 +46,7 @@ class Instance(BaseModel):
     question_type: str
     question: str
     answer: str | int | float
-    haystack_sessions: list[list[Turn]]
+    haystack_sessions: list[list[LongMemEvalTurn]]
     answer_session_ids: list[str | int] = []
 
 

@@ -86,7 +86,7 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def judge(
+def judge_pair(
     named: int, asked: int, by_order: list[float | None], band: tuple[float, float]
 ) -> tuple[bool, str]:
     """Keep a pair whose floor can move both ways in each order: measurable, and in the band in both."""
@@ -176,7 +176,7 @@ def pair_floors(
         pooled = orders[0] + orders[1]
         avoid = sum(pooled) / len(pooled) if pooled else None
         by_order = [sum(o) / len(o) if o else None for o in orders]
-        kept, why = judge(len(pooled), asked[i], by_order, band)
+        kept, why = judge_pair(len(pooled), asked[i], by_order, band)
         rows.append(
             PairFloor(
                 scenario=i,
