@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from eu_audit.audits.metrics import (
     picked,
 )
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, ProbeOutcome, StateAudit
+from eu_audit.audits.options import AuditOptions  # re-exported: the library's documented name
 from eu_audit.audits.probes import Ask, Probe, ProbeRunner, load_probes, task_request
 from eu_audit.audits.scoring import Evidence, score
 from eu_audit.bundle.io import read_bundle
@@ -46,28 +47,6 @@ from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
 
 #: metrics that compare a state with B5's: not measured without the floor
-
-
-@dataclass
-class AuditOptions:
-    methods: Sequence[str] = ("all",)
-    floor: bool = True
-    k: int = 5
-    temperature: float = 0.7
-    max_tokens: int = 32
-    margin: float = 0.1
-    alpha: float = 0.05  # the gates' one-sided significance level
-    seed: int = 0
-    unlearned_out: Path | None = None
-    serving: bool = False  # also measure serving-layer residue (a served engine's prefix cache)
-    server: str | None = None  # a served bundle's server, overriding the one its header records
-    command: str = ""  # the CLI command that ran it (recorded in the report, never in its results)
-
-    def fingerprint(self) -> str:
-        """What a state's results depend on besides the state: resumed results must match it."""
-        keys = ("k", "temperature", "max_tokens", "seed")
-        d = {k: v for k, v in asdict(self).items() if k in keys}
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
 from eu_audit.trace.session import Bundle, SessionTrace
 
 if TYPE_CHECKING:
-    from eu_audit.audit import AuditOptions
+    from eu_audit.audits.options import AuditOptions
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:

@@ -1,0 +1,32 @@
+"""What an audit is asked to measure and how (``AuditOptions``), below the audit's orchestrator
+(``eu_audit.audit``) so the modules it calls can name the type without importing it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class AuditOptions:
+    methods: Sequence[str] = ("all",)
+    floor: bool = True
+    k: int = 5
+    temperature: float = 0.7
+    max_tokens: int = 32
+    margin: float = 0.1
+    alpha: float = 0.05  # the gates' one-sided significance level
+    seed: int = 0
+    unlearned_out: Path | None = None
+    serving: bool = False  # also measure serving-layer residue (a served engine's prefix cache)
+    server: str | None = None  # a served bundle's server, overriding the one its header records
+    command: str = ""  # the CLI command that ran it (recorded in the report, never in its results)
+
+    def fingerprint(self) -> str:
+        """What a state's results depend on besides the state: resumed results must match it."""
+        keys = ("k", "temperature", "max_tokens", "seed")
+        d = {k: v for k, v in asdict(self).items() if k in keys}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
