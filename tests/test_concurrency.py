@@ -266,3 +266,14 @@ def test_model_calls_the_agent_makes_inside_its_forget_are_marked_forget(
     # the agent's forget asks the model once per session (2 sessions); no other tenant is sent a forget
     assert phases.count("forget") == 2, phases
     assert {"stream", "future", "probe"} <= set(phases)
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_tenant_runs(tmp_path: Path) -> None:
+    """The black-box record checks -o like the white-box one: a path under a file is bad input (exit 2)
+    at once, not a run failure after every tenant's model calls."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = str(blocker / "x.jsonl")
+    proc = run_cli("record", "--agent", "tests.scripted_agents:lanes", "--suite", "builtin", "-o", out)
+    assert proc.returncode == 2 and "is a file, not a folder" in proc.stdout + proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

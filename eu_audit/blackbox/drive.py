@@ -56,6 +56,7 @@ from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step
 from eu_audit.errors import BadInput
+from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
 from eu_audit.progress import Progress
 from eu_audit.record import ProgressCounter, pick_episodes
@@ -322,8 +323,7 @@ def _episodes(opts: AgentRecordOptions) -> list[Episode]:
 
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
     out = Path(opts.out)
-    if out.exists() and not opts.force:
-        raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
+    check_output_path(out, force=opts.force)  # an unwritable -o is refused now, not after every tenant ran
     episodes = _episodes(opts)
     chosen = opts.shard.select(episodes) if opts.shard else list(enumerate(episodes))
     if not chosen:
