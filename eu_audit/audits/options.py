@@ -9,14 +9,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from eu_audit.defaults import ANSWER_MAX_TOKENS, SAMPLE_TEMPERATURE, SAMPLES_K
+
 
 @dataclass
 class AuditOptions:
     methods: Sequence[str] = ("all",)
     floor: bool = True
-    k: int = 5
-    temperature: float = 0.7
-    max_tokens: int = 32
+    k: int = SAMPLES_K
+    temperature: float = SAMPLE_TEMPERATURE
+    max_tokens: int = ANSWER_MAX_TOKENS
     margin: float = 0.1
     alpha: float = 0.05  # the gates' one-sided significance level
     seed: int = 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from eu_audit.defaults import ANSWER_MAX_TOKENS
 from eu_audit.engines import Branch, KVEngine, Sampling
 from eu_audit.episodes import Episode, Phase, StepKind
 from eu_audit.jsonl import iter_jsonl
@@ -42,7 +43,7 @@ class Probe(BaseModel):
     description: str = ""
     prompt: str
     cue: str | None = None
-    max_tokens: int = 32
+    max_tokens: int = ANSWER_MAX_TOKENS
 
     def render(self, ep: Episode) -> tuple[str, str | None]:
         label = LABELS.get(ep.target.kind, ep.target.kind.replace("_", " "))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from eu_audit.blackbox.adapter import Bounds
+from eu_audit.defaults import SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.runtime.world import World
 from eu_audit.shards import Shard
 
@@ -25,8 +26,8 @@ class AgentRecordOptions:
     n: int | None = None
     seed: int = 0
     serve: str | None = None  # the eu-audit serve the agent's model calls go through
-    k: int = 5  # samples of the task probe (and choices) per state
-    temperature: float = 0.7
+    k: int = SAMPLES_K  # samples of the task probe (and choices) per state
+    temperature: float = SAMPLE_TEMPERATURE
     max_tool_rounds: int = 3  # tool call -> result -> reply rounds per message
     state_dir: Path | None = None  # the outbox (default: <out>.state/)
     force: bool = False

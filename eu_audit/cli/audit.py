@@ -22,6 +22,7 @@ from eu_audit.cli.app import (
     progress_bar,
     say,
 )
+from eu_audit.defaults import ANSWER_MAX_TOKENS, SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.errors import BadInput
 from eu_audit.gate import describe_gate_sets
 from eu_audit.shards import Shard
@@ -145,9 +146,9 @@ def audit_command(
     bundle_path: AuditBundlePath,
     method: AuditMethod = ["all"],  # noqa: B006 - typer reads the default
     floor: AuditFloor = True,
-    k: AuditK = 5,
-    temperature: AuditTemperature = 0.7,
-    max_tokens: AuditMaxTokens = 32,
+    k: AuditK = SAMPLES_K,
+    temperature: AuditTemperature = SAMPLE_TEMPERATURE,
+    max_tokens: AuditMaxTokens = ANSWER_MAX_TOKENS,
     margin: AuditMargin = 0.1,
     alpha: AuditAlpha = 0.05,
     on_inconclusive: AuditOnInconclusive = "fail",

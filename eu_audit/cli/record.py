@@ -19,6 +19,7 @@ from eu_audit.cli.app import (
     progress_bar,
     say,
 )
+from eu_audit.defaults import SAMPLES_K
 from eu_audit.errors import BadInput
 from eu_audit.runtime.models import DEFAULT_MODEL
 from eu_audit.shards import Shard
@@ -205,7 +206,7 @@ def record_command(
     ctx: RecordCtx = None,
     agent: RecordAgent = None,
     serve: RecordServe = None,
-    k: RecordK = 5,
+    k: RecordK = SAMPLES_K,
     serve_control: RecordServeControl = None,
     agent_timeout: RecordAgentTimeout = None,
     max_response_mb: RecordMaxResponseMb = 4.0,

@@ -34,6 +34,7 @@ from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import cad
 from eu_audit.build_info import command_line, source_commit
 from eu_audit.bundle.io import read_bundle
+from eu_audit.defaults import ANSWER_MAX_TOKENS
 from eu_audit.engines import AUTO, ENGINES, KVEngine, open_engine
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer
@@ -100,7 +101,7 @@ class SweepOptions:
     n: int = 2
     seed: int = 0
     turns_after: int = 6
-    max_tokens: int = 32
+    max_tokens: int = ANSWER_MAX_TOKENS
     values: list[str] | None = None  # a subset of the sweep's values
     engine: str = AUTO
     command: str = field(default_factory=command_line)
