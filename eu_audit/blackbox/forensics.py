@@ -234,6 +234,8 @@ def _bytes(
             return f"{name.name}, WAL frame {max(0, at - 32) // (page + 24) + 1}"
         if page and str(name) == file:
             return f"page {at // page + 1}"
+        if str(name) == file:  # a file of its own (JSON, a log): named once, by the place it is read as
+            return f"byte {at}"
         return f"{name.name}, byte {at}"
 
     for text in needles:
