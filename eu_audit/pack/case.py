@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from eu_audit.errors import BadInput
 
@@ -60,6 +60,8 @@ class Case(BaseModel):
     #: the Python that makes the case's venvs ("" the one running eu-audit); e.g. Debian's, whose sqlite3
     #: can load extensions (sqlite-vec)
     python: str = ""
+    #: a registered suite, or an episodes file in the case's folder (an episode the bug needs, e.g. z
+    #: within the last messages a library keeps)
     suite: str = "builtin"
     n: int = Field(1, ge=1, le=30)
     model: str = "smollm2-135m"
@@ -75,9 +77,19 @@ class Case(BaseModel):
     #: the table lists it with the reason, ``pack run`` skips it, and recall never counts it
     not_reproduced: str = ""
 
+    #: the case's folder (set when it is loaded from its case.toml)
+    _folder: Path | None = PrivateAttr(default=None)
+
     @property
     def runnable(self) -> bool:
         return not self.not_reproduced
+
+    def suite_ref(self) -> str:
+        """What record reads: the episodes file in the case's folder where the case names one, else the
+        registered suite."""
+        if self._folder is not None and (self._folder / self.suite).is_file():
+            return str(self._folder / self.suite)
+        return self.suite
 
     @model_validator(mode="after")
     def _releases(self) -> Case:
@@ -109,6 +121,7 @@ def load_case(path: Path) -> Case:
         raise BadInput(f"not a pack case ({msg})", path=str(path), field=fld) from None
     if case.name != path.parent.name:
         raise BadInput(f"name {case.name!r} differs from its folder's", path=str(path), field="name")
+    case._folder = path.parent
     return case
 
 

@@ -108,9 +108,10 @@ def run_release(
         bundle, audit_json = folder / "bundle.jsonl", folder / "audit.json"
         with child_server(agent, "/eu-audit/v1/capabilities", folder / "agent.out", env) as url:
             say(f"{case.name} {release.name}: record --agent ({case.suite}, n = {case.n})")
+            suite = case.suite_ref()
             record_agent(
                 AgentRecordOptions(
-                    agent=url, serve=serve, suite=case.suite, n=case.n, k=1, seed=0, out=bundle, force=True
+                    agent=url, serve=serve, suite=suite, n=case.n, k=1, seed=0, out=bundle, force=True
                 )
             )
         # audited as `eu-audit audit BUNDLE --gate ... --json` does it: masked, then decided
