@@ -192,7 +192,7 @@ def evaluate(
             )
         )
     if report.tampering:
-        from eu_audit.blackbox.tamper import TAMPER_KINDS
+        from eu_audit.tiers import TAMPER_KINDS
 
         named = "; ".join(
             f"{t.session_id} {t.tenant}: {t.count} {TAMPER_KINDS.get(t.kind, t.kind)} ({t.example})"

@@ -107,7 +107,7 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "`record --agent`",
     ),
     ExtensionPoint(
-        "eu_audit.blackbox.recheck:RECHECKS",
+        "eu_audit.tiers:RECHECKS",
         "a `Recheck`: an event after the forget (restart, compaction, more turns)",
         "`record --recheck`",
     ),

@@ -26,6 +26,8 @@ FORBIDDEN = [
     ("eu_audit.audits.model", "eu_audit.audit"),  # the data model never imports its orchestrator
     ("eu_audit.gate", "eu_audit.audit"),
     ("eu_audit.audits.output", "eu_audit.audit"),
+    # the audits report what the harness found in the words of eu_audit.tiers, never by importing it
+    ("eu_audit.audits", "eu_audit.blackbox"),
 ]
 
 

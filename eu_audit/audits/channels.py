@@ -45,17 +45,18 @@ from typing import Literal
 
 from eu_audit.audits.leakage import SINK_CLASSES
 from eu_audit.audits.model import StateAudit
-from eu_audit.blackbox.forensics import DISK_TIERS
-from eu_audit.blackbox.residue import (
+from eu_audit.tiers import (
+    DISK_TIERS,
     EMBEDDING,
     RAW_PROMPT,
+    RECHECKS,
     RESPONSE_FORMAT,
     SPLIT,
     TIERS,
     TOOL_CALLS,
     TOOL_SPECS,
+    recheck_problem,
 )
-from eu_audit.errors import BadInput
 
 Verdict = Literal["leaked", "suppressed", "erased", "never held", "not seen", "unknown"]
 #: the table's column order
@@ -166,13 +167,10 @@ def check_tier(kind: str, tier: str) -> str:
     if kind == "tool" and tier not in SINK_CLASSES:
         return f"'tool.{tier}' is no sink class (they are {', '.join(SINK_CLASSES)})"
     if kind == "after":  # a recheck event's name (whether the run had it is asked of the run)
-        from eu_audit.blackbox.recheck import RECHECKS, recheck
-
-        try:
-            recheck(tier)
-        except BadInput as exc:
+        problem = recheck_problem(tier)
+        if problem:
             known = f"the events are {', '.join([*RECHECKS.names(), 'turns-N'])}"
-            why = known if "unknown event" in str(exc) else str(exc).split(": ", 1)[-1]
+            why = known if problem.startswith("unknown event") else problem
             return f"'after.{tier}' is no recheck event ({why})"
     return ""
 

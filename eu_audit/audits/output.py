@@ -234,7 +234,7 @@ def forget_lines(report: AuditReport) -> list[str]:
 
 def tamper_lines(report: AuditReport) -> list[str]:
     """One line per tenant that tampered: what it tried, how often, one example (z masked)."""
-    from eu_audit.blackbox.tamper import TAMPER_KINDS
+    from eu_audit.tiers import TAMPER_KINDS
 
     by: dict[tuple[str, str], list[str]] = {}
     for t in report.tampering:

@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from eu_audit.matching import TargetMatcher
+from eu_audit.tiers import DISK_TIERS
 from eu_audit.trace.session import SessionTrace
 
-#: the channels eu-audit's own reads give (``store.<name>``, beside the dump's stores)
-DISK_TIERS = ("rows", "orphans", "bytes", "vectors")
 #: cosine similarity at which a stored vector is taken for the embedding of a text holding z (the same
 #: text through the same embedder gives 1.0 up to float rounding; a paraphrase stays well below)
 VECTOR_MATCH = 0.98

@@ -22,14 +22,14 @@ Each event gives the session one more residue record (``ResidueRecord.after``). 
 ``after.<event>`` names the event (``agent.after.restart==0``). An event the agent lacks (``restart``
 without the capability) is recorded as skipped with the reason: its figures are unknown, never clean.
 
-Add another event with ``RECHECKS.add("name", Recheck(needs, run))`` (or the entry-point group
+Add another event with ``RECHECKS.add("name", Recheck(needs, run))`` (``RECHECKS`` is
+``eu_audit.tiers.RECHECKS``, the vocabulary the audits read too; or the entry-point group
 ``eu_audit.rechecks``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from eu_audit.blackbox.adapter import AgentUnderTest
 from eu_audit.blackbox.contract import Capabilities, Turn
 from eu_audit.errors import BadInput
-from eu_audit.registry import Registry
+from eu_audit.tiers import RECHECKS, TURNS, recheck_problem
 
 #: unrelated user turns, the same for every agent and run: a recheck asks nothing about the target
 SMALL_TALK = (
@@ -48,8 +48,6 @@ SMALL_TALK = (
     "What is a simple stretch to do after sitting all day?",
     "Recommend a board game for four people.",
 )
-_TURNS = re.compile(r"^turns-(\d+)$")
-MAX_TURNS = 50
 
 
 class Target(Protocol):
@@ -75,9 +73,6 @@ class Recheck:
     run: Callable[[Target, str], list[str]]  # (tenant, the event's name) -> the answers it drew
     #: checked right after the forget, before the episode's later turns (else after the probes)
     at_forget: bool = False
-
-
-RECHECKS: Registry[Recheck] = Registry("rechecks")
 
 
 def _restart(target: Target, name: str) -> list[str]:
@@ -107,17 +102,13 @@ RECHECKS.add("reindex", Recheck("reindex", _reindex))  # the stack's re-index / 
 
 def recheck(name: str) -> tuple[Recheck, int]:
     """The event a name means, and its turn count for ``turns-N`` (else 0)."""
-    m = _TURNS.match(name)
+    problem = recheck_problem(name)
+    if problem:
+        raise BadInput(f"--recheck {name}: {problem}")
+    m = TURNS.match(name)
     if m:
-        n = int(m.group(1))
-        if not 1 <= n <= MAX_TURNS:
-            raise BadInput(f"--recheck {name}: N must be between 1 and {MAX_TURNS}")
-        return Recheck(None, _turns), n  # n turns of unrelated conversation
-    try:
-        return RECHECKS.get(name), 0
-    except BadInput:
-        known = ", ".join([*RECHECKS.names(), "turns-N"])
-        raise BadInput(f"--recheck {name}: unknown event (known: {known})") from None
+        return Recheck(None, _turns), int(m.group(1))  # n turns of unrelated conversation
+    return RECHECKS.get(name), 0
 
 
 def _turns(target: Target, name: str) -> list[str]:

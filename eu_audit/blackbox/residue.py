@@ -18,25 +18,11 @@ from typing import Any
 
 from eu_audit.blackbox.contract import StoreDump
 from eu_audit.matching import TargetMatcher
+from eu_audit.tiers import AFTER, EMBEDDING, RAW_PROMPT, RESPONSE_FORMAT, SPLIT, TIERS, TOOL_CALLS, TOOL_SPECS
 from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import SessionTrace
 
 _ROLE = re.compile(r"(?:<\|im_start\|>|<\|start_header_id\|>)\s*(\w+)")
-#: the phases whose model calls come after the forget (for the b5 tenant: the same stage of its run)
-AFTER = ("future", "probe", "sample", "choice")
-TIERS = {
-    "system": "system prompt (retrieved memory, summary)",
-    "developer": "system prompt (retrieved memory, summary)",
-    "user": "history: user turns",
-    "assistant": "history: the agent's own turns",
-    "tool": "tool results",
-}
-TOOL_CALLS = "history: the agent's tool calls"
-TOOL_SPECS = "tool specs (names, descriptions, schemas)"
-RESPONSE_FORMAT = "response format schema"
-SPLIT = "split across the prompt's parts"
-EMBEDDING = "embedding input (a memory search)"
-RAW_PROMPT = "prompt"  # a completion prompt sent as one text
 
 
 def snippet(text: str, matcher: TargetMatcher, width: int = 90) -> str:

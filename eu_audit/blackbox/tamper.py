@@ -35,17 +35,10 @@ from typing import Any
 from eu_audit.blackbox.residue import prompt_parts, tiers_with_z
 from eu_audit.matching import TargetMatcher
 from eu_audit.serve.control import CONTROL_ENDPOINTS
+from eu_audit.tiers import TAMPER_KINDS
 from eu_audit.trace.session import SessionTrace
 
 MODEL_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
-TAMPER_KINDS = {
-    "control_refused": "control call(s) without the secret, refused",
-    "control_foreign": "control call(s) with the secret that the harness never made",
-    "unknown_route": "call(s) to a route or lane serve does not have",
-    "stray_call": "model call(s) on a lane whose tenant was not being driven",
-    "reference_z": "model call(s) of the reference tenant (never fed z) carrying z",
-    "unfed_text": "model call(s) quoting a turn the harness had not yet sent that tenant",
-}
 #: a text the harness sent is looked for in later calls only when it is this long (a short tool result
 #: such as '{"ok": true}' is no evidence of where a call came from)
 QUOTED_CHARS = 24

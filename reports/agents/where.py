@@ -13,8 +13,9 @@ from collections import Counter
 from pathlib import Path
 
 from eu_audit.audits.channels import PROMPT_NAMES
-from eu_audit.blackbox.residue import AFTER, EMBEDDING, TIERS, prompt_parts
+from eu_audit.blackbox.residue import prompt_parts
 from eu_audit.matching import TargetMatcher
+from eu_audit.tiers import AFTER, EMBEDDING, TIERS
 
 
 def quote(text: str, width: int = 160) -> str:
