@@ -64,6 +64,9 @@ class Case(BaseModel):
     #: within the last messages a library keeps)
     suite: str = "builtin"
     n: int = Field(1, ge=1, le=30)
+    #: events after the forget, each followed by the checks again (``record --agent --recheck``): e.g.
+    #: ``at-once``, the dump right after the forget, for a copy that later messages evict
+    recheck: list[str] = Field(default_factory=list)
     model: str = "smollm2-135m"
     #: the rules the verdict is read from (the bug's channel: ``agent.disk.orphans==0``)
     gate: list[str] = Field(min_length=1)
@@ -93,6 +96,11 @@ class Case(BaseModel):
 
     @model_validator(mode="after")
     def _releases(self) -> Case:
+        from eu_audit.tiers import recheck_problem
+
+        for name in self.recheck:
+            if recheck_problem(name):
+                raise ValueError(f"recheck {name!r}: {recheck_problem(name)}")
         names = [r.name for r in self.releases]
         if len(set(names)) != len(names):
             raise ValueError(f"release names repeat: {names}")

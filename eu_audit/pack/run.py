@@ -111,7 +111,15 @@ def run_release(
             suite = case.suite_ref()
             record_agent(
                 AgentRecordOptions(
-                    agent=url, serve=serve, suite=suite, n=case.n, k=1, seed=0, out=bundle, force=True
+                    agent=url,
+                    serve=serve,
+                    suite=suite,
+                    n=case.n,
+                    k=1,
+                    seed=0,
+                    out=bundle,
+                    force=True,
+                    recheck=tuple(case.recheck),
                 )
             )
         # audited as `eu-audit audit BUNDLE --gate ... --json` does it: masked, then decided

@@ -13,7 +13,7 @@ serve``). Each tenant gets its own mem0 store under ``--data`` (qdrant local mod
 SQLite history), so tenants never see each other; ``--shared-store`` keeps every tenant in one store, one
 mem0 user each (``user_id``), as a multi-user deployment does. ``--forget delete_all`` erases with
 ``Memory.delete_all(user_id=...)`` instead of deleting the memories that carry the target, ``--forget
-reset`` with ``Memory.reset()`` of the tenant's own store. ``files`` names
+reset`` with ``Memory.reset()`` of the tenant's own store and its conversations emptied. ``files`` names
 the store's files (its SQLite history, the vector store's folder), which eu-audit reads itself.
 ``--vector-store chroma`` keeps the vectors in Chroma's local ``PersistentClient`` instead of qdrant's local
 mode (``pip install chromadb``). The calls work on
@@ -261,8 +261,13 @@ class Mem0Agent(Tenants):
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"deleted": []}}
         m = self.memory(tenant)
-        if self.forget_mode == "reset":  # mem0's erasure of a whole store: the tenant's own (never shared)
+        if self.forget_mode == "reset":  # everything of the tenant: its mem0 store and its conversations
             m.reset()
+            with self.meta:
+                mine = [s for s in self.sessions.values() if s["tenant"] == tenant]
+            for s in mine:  # emptied in place: the harness goes on talking in the same sessions
+                s.update(history=[], summary="", summaries=[], recalled=[])
+            self.save_sessions(tenant)
             return {
                 "status": "ok",
                 "detail": "Memory.reset() of the tenant's store",
@@ -365,8 +370,8 @@ def main() -> None:
         choices=["mem0", "delete_all", "reset", "none"],
         default="mem0",
         help="mem0: delete the memories that carry the target; delete_all: Memory.delete_all(user_id) of the "
-        "tenant; reset: Memory.reset() of the tenant's own store (not with --shared-store, where it would "
-        "wipe every user); none: acknowledge and delete nothing (B0)",
+        "tenant; reset: Memory.reset() of the tenant's own store and its conversations emptied (not with "
+        "--shared-store, where it would wipe every user); none: acknowledge and delete nothing (B0)",
     )
     ap.add_argument(
         "--shared-store",
