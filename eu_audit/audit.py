@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from eu_audit.audits.leakage import artifact_leak
-from eu_audit.audits.metric import Side, side_of
+from eu_audit.audits.metric import Side
 from eu_audit.audits.metrics import (
     picked,
 )
@@ -41,7 +41,6 @@ from eu_audit.runtime.memory import memory_text
 from eu_audit.runtime.models import LoadedModel
 from eu_audit.sensitivity import CONTROL
 from eu_audit.summary import summarise
-from eu_audit.trace.records import BLACK_BOX_ENGINE
 from eu_audit.trace.session import Bundle, SessionTrace
 from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
@@ -70,7 +69,7 @@ def with_floor_and_control(names: list[str], floor: bool) -> list[str]:
 def audit_plan(path: str | Path, opts: AuditOptions) -> AuditPlan:
     bundle = read_bundle(path)
     suites = list(dict.fromkeys(s.session.suite for s in bundle.sessions))
-    side = side_of(bundle.header.engine)
+    side = bundle.header.side
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     if any(s.session.method for s in bundle.sessions):
         present = list(dict.fromkeys(s.session.method or "recorded" for s in bundle.sessions))
@@ -130,7 +129,7 @@ def audit(
         return held[0]
 
     bundle, unlearned = ensure_post_forget(path, opts, the_engine, progress)
-    if bundle.header.engine == BLACK_BOX_ENGINE:  # black-box: everything is in the bundle, no model runs
+    if bundle.header.side == "black":  # black-box: everything is in the bundle, no model runs
         return _audit_agent_run(bundle, path, opts, t0)
     wanted = None if list(opts.methods) == ["all"] else set(parse_methods(list(opts.methods)))
     sessions = [

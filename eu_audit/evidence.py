@@ -32,7 +32,6 @@ from eu_audit import __version__
 from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
-from eu_audit.trace.records import BLACK_BOX_ENGINE
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
@@ -439,7 +438,7 @@ def verify_receipt(
 def limits(report: AuditReport) -> list[str]:
     """What a receipt of this audit does not show."""
     out = []
-    if report.engine == BLACK_BOX_ENGINE:
+    if report.side == "black":
         out.append("that stores missing from the agent's dump are clean (residue_store searched the dump)")
         out.append(
             "that model calls bypassing eu-audit serve were clean (residue_context saw only the calls "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from eu_audit.audits.channels import channel_value
-from eu_audit.audits.metric import METRICS, side_of
+from eu_audit.audits.metric import METRICS
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 
 
@@ -132,7 +132,7 @@ def positive_control(report: AuditReport, rule: Rule) -> Control | None:
     tenant) showed for this rule on its sessions; None where the rule needs no control (cost, utility)."""
     if not needs_control(rule.metric):
         return None
-    side = side_of(report.engine)
+    side = report.side
     mine = [
         s for s in report.states if s.method == CONTROL and not s.error and rule.suite in ("all", s.suite)
     ]

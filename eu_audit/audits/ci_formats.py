@@ -12,7 +12,6 @@ from typing import Any
 from eu_audit import __version__
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult
 from eu_audit.sensitivity import CONTROL
-from eu_audit.trace.records import BLACK_BOX_ENGINE
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -37,7 +36,7 @@ def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:
     from eu_audit.audits.channels import channels
     from eu_audit.gate import PSEUDO_RULES, parse_rule
 
-    if g.rule in PSEUDO_RULES or rep.engine != BLACK_BOX_ENGINE:
+    if g.rule in PSEUDO_RULES or rep.side != "black":
         return "", ""
     rule = parse_rule(g.rule)
     name = rule.metric if "." in rule.metric else METRIC_CHANNELS.get(rule.metric, "")

@@ -10,25 +10,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from eu_audit.registry import Registry
-from eu_audit.trace.records import BLACK_BOX_ENGINE
+from eu_audit.trace.records import Side  # re-exported: the audits' names for them
 
 if TYPE_CHECKING:
     from eu_audit.audits.scoring import Evidence, FloorPair, NotMeasured
 
 Direction = Literal["low", "high"]  # which way is better: "low" for leakage and divergence
 Format = Literal["rate", "count", "seconds", "distance"]
-Side = Literal["white", "black"]  # a state rebuilt from its cache, or a deployed agent seen from outside
 #: what a failed rule against the floor on this metric says of a method, for the summary's groups: it
 #: still says the target, it acts unlike B5 (probes, samples, actions, choices), it still holds the target
 Shows = Literal["says", "behaves", "keeps"]
 #: what the verdict may assume of its values, which picks its tests (``verdict.TESTS``): 0/1 outcomes, rates
 #: in [0, 1], or unbounded values (counts, seconds, distances)
 Kind = Literal["binary", "rate", "unbounded"]
-
-
-def side_of(engine: str) -> Side:
-    """The side an audit of a bundle recorded on ``engine`` measures."""
-    return "black" if engine == BLACK_BOX_ENGINE else "white"
 
 
 @dataclass(frozen=True)

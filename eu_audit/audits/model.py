@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from eu_audit import __version__
+from eu_audit.trace.records import Side, side_of
 
 #: the method whose state is the measured false-positive floor: the agent that never saw z
 FLOOR = "b5"
@@ -135,6 +136,12 @@ class AuditReport(BaseModel):
     model: str
     model_digest: str | None = None  # sha256 of the weights the bundle was recorded with
     engine: str = "hf"
+
+    @property
+    def side(self) -> Side:
+        """Which side made the audited run: a deployed agent's (black) or states rebuilt white-box."""
+        return side_of(self.engine)
+
     engine_facts: dict[str, Any] = Field(default_factory=dict)  # library and version, threads, KV type
     seed: int
     k: int

@@ -17,7 +17,6 @@ from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.errors import BadInput
 from eu_audit.sensitivity import CONTROL
 from eu_audit.stats import stars
-from eu_audit.trace.records import BLACK_BOX_ENGINE
 
 if TYPE_CHECKING:
     from eu_audit.audits.channels import Channel
@@ -92,7 +91,7 @@ def verdicts(report: AuditReport) -> dict[str, str]:
 
     out = {}
     for method in report.methods:
-        if method in (FLOOR, SERVING) or (method == CONTROL and report.engine == BLACK_BOX_ENGINE):
+        if method in (FLOOR, SERVING) or (method == CONTROL and report.side == "black"):
             continue  # the floor, and a black-box run's no-forget tenant: references, not methods
         c = report.cell(method, "all")
         if c is None or c.errors:
@@ -281,7 +280,7 @@ def _cost_lines(report: AuditReport) -> list[str]:
 
 def _black_box_states(report: AuditReport) -> dict[str, list[StateAudit]]:
     """The agent's states of a black-box audit, by method (the floor tenant is the reference, not shown)."""
-    if report.engine != BLACK_BOX_ENGINE:
+    if report.side != "black":
         return {}
     return {
         m: [s for s in report.states if s.method == m and not s.error]
@@ -377,7 +376,7 @@ def residue_lines(report: AuditReport) -> list[str]:
 
     lines = []
     for method in row_order(report):
-        if method == CONTROL and report.engine == BLACK_BOX_ENGINE:
+        if method == CONTROL and report.side == "black":
             continue  # the no-forget tenant holds z by design: it is each channel's control, not a finding
         states = [s for s in report.states if s.method == method and s.residue]
         ctx: dict[str, int] = {}

@@ -21,7 +21,6 @@ from eu_audit.episodes import StepKind
 from eu_audit.errors import BadInput
 from eu_audit.runtime.chat import ChatFormat, detect_chat_format
 from eu_audit.runtime.world import WorldView, memory_shown
-from eu_audit.trace.records import BLACK_BOX_ENGINE
 from eu_audit.trace.session import Bundle, SessionTrace
 
 #: where each record came from: (session id, record kind, key) -> line number
@@ -35,7 +34,7 @@ def _refuse(bundle: Bundle, key: LineKey | None, field: str, message: str) -> Ba
 
 def check_structure(bundle: Bundle) -> None:
     """Every cross-record invariant the format implies, per session."""
-    in_cache = bundle.header.engine != BLACK_BOX_ENGINE  # a black-box run holds no cache, so no token spans
+    in_cache = bundle.header.side == "white"  # a black-box run holds no cache, so no token spans
     for trace in bundle.sessions:
         _check_session(bundle, trace, in_cache)
 

@@ -79,12 +79,11 @@ def merge(
     for path in (junit_path, sarif_path, summary_md):
         if path is not None:
             check_output_path(path, force=force)
-    from eu_audit.audits.metric import side_of
     from eu_audit.gate import check_rules, expand_gate_sets, gated_rules
 
     rep = merge_reports(files)
     measured = {m for s in rep.states for m, v in s.values.items() if v is not None}
-    rules = [*expand_gate_sets(gate_set or [], rep.methods, side_of(rep.engine), measured), *(gate or [])]
+    rules = [*expand_gate_sets(gate_set or [], rep.methods, rep.side, measured), *(gate or [])]
     rules = rules or gated_rules(rep)  # the shards' own, decided on the union
     check_rules(rules, rep.methods, rep.suites)
     apply_gates(

@@ -52,6 +52,13 @@ def check_decoding(temperature: float, max_tokens: int) -> Decoding:
 #: the engine a black-box bundle names (``eu-audit record --agent``): a deployed agent seen from outside,
 #: no cache of ours to rebuild
 BLACK_BOX_ENGINE = "agent"
+#: which side made a run: states rebuilt from their cache (white), or a deployed agent from outside (black)
+Side = Literal["white", "black"]
+
+
+def side_of(engine: str) -> Side:
+    """The side a run recorded on ``engine`` is, the one place ``BLACK_BOX_ENGINE`` is compared."""
+    return "black" if engine == BLACK_BOX_ENGINE else "white"
 
 
 class Header(_Record):
@@ -60,6 +67,12 @@ class Header(_Record):
     tool_version: str
     model: ModelInfo
     engine: str
+
+    @property
+    def side(self) -> Side:
+        """Which side made the run (``record --agent``: black)."""
+        return side_of(self.engine)
+
     #: what the engine's states depend on (library versions, threads, batch sizes, cache type)
     engine_facts: dict[str, Any] = Field(default_factory=dict)
     decoding: Decoding

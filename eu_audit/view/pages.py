@@ -13,7 +13,6 @@ from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 from eu_audit.audits.output import fmt, row_order, shown_suites
 from eu_audit.gate import gate_results, overall
 from eu_audit.sensitivity import CONTROL
-from eu_audit.trace.records import BLACK_BOX_ENGINE
 
 #: a session's text shown in full up to this many characters (the rest one click away in the JSON)
 QUOTE_CHARS = 400
@@ -147,7 +146,7 @@ def matrices(rep: AuditReport) -> list[Matrix]:
     each session's verdict on each channel, from the same reading the summary's channel lines use."""
     from eu_audit.audits.channels import channels
 
-    if rep.engine != BLACK_BOX_ENGINE:
+    if rep.side != "black":
         return []
     floor = _by_session(rep, FLOOR) if rep.floor else None
     control = _by_session(rep, CONTROL) or None
