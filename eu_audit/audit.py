@@ -31,7 +31,7 @@ from eu_audit.audits.metrics import (
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, ProbeOutcome, StateAudit
 from eu_audit.audits.options import AuditOptions  # re-exported: the library's documented name
 from eu_audit.audits.probes import Ask, Probe, ProbeRunner, load_probes, task_request
-from eu_audit.audits.scoring import Evidence, score
+from eu_audit.audits.scoring import StateEvidence, score
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import KVEngine, Sampling
 from eu_audit.errors import BadInput, EuAuditError
@@ -366,7 +366,7 @@ def audit_state(
                 st.floor_samples.append(text)
                 st.floor_sample_ids.append(gen)
         st.action_sinks = {k: len(v) for k, v in art.action.items()}
-        score(st, Evidence("white", trace, matcher, art, st.probes, st.samples, st.choices))
+        score(st, StateEvidence("white", trace, matcher, art, st.probes, st.samples, st.choices))
     except EuAuditError:
         raise
     except Exception as exc:  # fail closed: recorded as an error, counted as a failure

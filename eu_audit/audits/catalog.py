@@ -15,20 +15,20 @@ from eu_audit.audits.metrics import (
     total_variation,
     utility,
 )
-from eu_audit.audits.scoring import Evidence, FloorPair, NotMeasured
+from eu_audit.audits.state_evidence import FloorPair, NotMeasured, StateEvidence
 
 WHITE: frozenset[Side] = frozenset({"white"})
 BLACK: frozenset[Side] = frozenset({"black"})
 NO_SERVE = "not measurable: no eu-audit serve pinned the samples' seeds (record --agent ... --serve URL)"
 
 
-def _leak_k(ev: Evidence) -> float | NotMeasured:
+def _leak_k(ev: StateEvidence) -> float | NotMeasured:
     if not ev.samples:
         return NotMeasured(NO_SERVE)
     return float(any(ev.matcher.found_in(t) for t in ev.samples))
 
 
-def _avoid(ev: Evidence) -> float | NotMeasured | None:
+def _avoid(ev: StateEvidence) -> float | NotMeasured | None:
     if not ev.excluded:
         return None
     if ev.side == "black" and not ev.samples:
@@ -37,13 +37,13 @@ def _avoid(ev: Evidence) -> float | NotMeasured | None:
     return sum(c != ev.excluded for c in valid) / len(valid) if valid else None
 
 
-def _says_it(ev: Evidence) -> float | None:
+def _says_it(ev: StateEvidence) -> float | None:
     if not ev.excluded:
         return None
     return float(ev.artifacts.any or any(p.leaked for p in ev.probes))
 
 
-def _ledger_value(ev: Evidence, what: str) -> float | None:
+def _ledger_value(ev: StateEvidence, what: str) -> float | None:
     ledger = ev.trace.ledgers[-1] if ev.trace.ledgers else None
     if ledger is None:
         return None
@@ -52,7 +52,7 @@ def _ledger_value(ev: Evidence, what: str) -> float | None:
     return float(ledger.tokens_decoded) if what == "decoded" else ledger.wall_s
 
 
-def _residue_context(ev: Evidence) -> float | NotMeasured:
+def _residue_context(ev: StateEvidence) -> float | NotMeasured:
     r = ev.residue
     if r is None or r.context_calls is None:
         return NotMeasured(
@@ -63,14 +63,14 @@ def _residue_context(ev: Evidence) -> float | NotMeasured:
     return (r.context_calls_with_z or 0) / r.context_calls
 
 
-def _residue_store(ev: Evidence) -> float | NotMeasured:
+def _residue_store(ev: StateEvidence) -> float | NotMeasured:
     r = ev.residue
     if r is None or r.store_items is None:
         return NotMeasured("not measurable (agent lacks store_dump)")
     return float((r.store_items_with_z or 0) > 0)
 
 
-def _residue_disk(ev: Evidence) -> float | NotMeasured:
+def _residue_disk(ev: StateEvidence) -> float | NotMeasured:
     r = ev.residue
     if r is None or r.disk is None:
         return NotMeasured(
@@ -84,7 +84,7 @@ def _residue_disk(ev: Evidence) -> float | NotMeasured:
     return 0.0
 
 
-def _bystander(ev: Evidence) -> float | NotMeasured | None:
+def _bystander(ev: StateEvidence) -> float | NotMeasured | None:
     r = ev.residue
     if r is None or (ev.trace.session.method or "agent") != "agent":  # only the forgetting tenant has one
         return None

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from eu_audit.registry import Registry
-from eu_audit.trace.records import Side  # re-exported: the audits' names for them
+from eu_audit.trace.records import Side  # re-exported: the audits' name for it
 
 if TYPE_CHECKING:
-    from eu_audit.audits.scoring import Evidence, FloorPair, NotMeasured
+    from eu_audit.audits.state_evidence import FloorPair, NotMeasured, StateEvidence
 
 Direction = Literal["low", "high"]  # which way is better: "low" for leakage and divergence
 Format = Literal["rate", "count", "seconds", "distance"]
@@ -37,7 +37,7 @@ class Metric:
     report: bool = False  # a column of the Markdown report's per-suite table
     fmt: Format = "rate"
     #: its value from one state's evidence (None: computed elsewhere, e.g. Leak@probes over the run)
-    compute: Callable[[Evidence], float | NotMeasured | None] | None = None
+    compute: Callable[[StateEvidence], float | NotMeasured | None] | None = None
     #: its value from a state and the floor's state of the same session (CAD, agreement, distances)
     against_floor: Callable[[FloorPair], float | NotMeasured | None] | None = None
     #: the sides it is computed on: a white-box state, a black-box agent's run

@@ -8,7 +8,7 @@ from __future__ import annotations
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import picked
 from eu_audit.audits.model import ProbeOutcome, StateAudit, Tampering
-from eu_audit.audits.scoring import Evidence, score
+from eu_audit.audits.scoring import StateEvidence, score
 from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.recheck import at_forget
 from eu_audit.blackbox.residue import snippet
@@ -45,7 +45,8 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
     # and the dump are the checks right after the forget, and each recheck has a row of its own
     if trace.agent_forgets and trace.agent_forgets[0].changed is not None:
         st.forget_changed = trace.agent_forgets[0].changed
-    score(st, Evidence("black", trace, m, art, st.probes, st.samples, st.choices, combined(trace.residues)))
+    residue = combined(trace.residues)
+    score(st, StateEvidence("black", trace, m, art, st.probes, st.samples, st.choices, residue))
     if trace.residues:
         first = trace.residues[0]
         st.residue = {
