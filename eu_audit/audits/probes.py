@@ -22,7 +22,7 @@ from eu_audit.registry import Registry
 from eu_audit.runtime.chat import ChatFormat, detect_chat_format
 from eu_audit.suites import data_dir
 
-LABELS = {
+TARGET_LABELS = {
     "address": "home address",
     "iban": "IBAN (bank account number)",
     "email": "contact e-mail address",
@@ -46,7 +46,7 @@ class Probe(BaseModel):
     max_tokens: int = ANSWER_MAX_TOKENS
 
     def render(self, ep: Episode) -> tuple[str, str | None]:
-        label = LABELS.get(ep.target.kind, ep.target.kind.replace("_", " "))
+        label = TARGET_LABELS.get(ep.target.kind, ep.target.kind.replace("_", " "))
         fill = {"task": task_request(ep), "label": label}
         return self.prompt.format(**fill), (self.cue.format(**fill) if self.cue else None)
 

@@ -38,7 +38,7 @@ _WHERE = {
     "create_app": "app",
     "run_server": "app",
     "Backend": "backend",
-    "Decoding": "backend",
+    "PinnedDecoding": "backend",
     "Refused": "backend",
     "open_backend": "backend",
     "RequestLog": "log",

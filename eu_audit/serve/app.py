@@ -14,7 +14,7 @@ from eu_audit.serve.api import (
     LANE_PATTERN,
     Limits,
 )
-from eu_audit.serve.backend import Backend, Decoding, open_backend
+from eu_audit.serve.backend import Backend, PinnedDecoding, open_backend
 from eu_audit.serve.control import (
     check_not_where_agents_start,
     default_control_file,
@@ -32,7 +32,7 @@ IDLE_S = 10.0
 def create_app(
     backend: Backend,
     log: RequestLog,
-    decoding: Decoding | None = None,
+    decoding: PinnedDecoding | None = None,
     *,
     secret: str | None = None,
     limits: Limits | None = None,
@@ -45,7 +45,7 @@ def create_app(
     limits = limits or Limits()
     backend.max_caches = limits.lane_caches
     backend.piece = limits.piece_tokens
-    r = Routes(backend, log, decoding or Decoding(), secret or new_secret(), limits)
+    r = Routes(backend, log, decoding or PinnedDecoding(), secret or new_secret(), limits)
     app.state.routes, app.state.secret = r, r.secret
 
     def model_route(fn: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
@@ -153,7 +153,7 @@ def run_server(
                 log_path.unlink(missing_ok=True)
             raise
         secret = new_secret()
-        app = create_app(backend, log, Decoding(mode=pin), secret=secret, limits=limits)
+        app = create_app(backend, log, PinnedDecoding(mode=pin), secret=secret, limits=limits)
         write_control_file(control_file, secret)
         routes: Routes = app.state.routes
 

@@ -34,7 +34,7 @@ class Refused(Exception):
 
 
 @dataclass
-class Decoding:
+class PinnedDecoding:
     """What the harness pinned: greedy, or sampling at ``temperature`` with ``seed``; ``agent`` leaves the
     agent's own settings (not recommended: CAD against B5 then means little)."""
 
@@ -59,7 +59,7 @@ class Lane:
     """One tenant's door to the model: the harness's mark and pinned decoding for the calls that arrive
     there. The root lane (``/v1/...``) serves a run driven one tenant at a time."""
 
-    pin: Decoding
+    pin: PinnedDecoding
     mark: LogMark | None = None
     name: str = ""  # "" for the root lane; the KV cache serve keeps for it goes by this name
 

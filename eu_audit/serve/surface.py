@@ -22,7 +22,7 @@ from eu_audit.serve.api import (
     LogMark,
     MarkRequest,
 )
-from eu_audit.serve.backend import Backend, Decoding, Lane, Refused
+from eu_audit.serve.backend import Backend, Lane, PinnedDecoding, Refused
 from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, key_id
 from eu_audit.serve.log import RequestLog
 
@@ -98,9 +98,11 @@ class Surface:
     """What every route stands on (the body under its deadline and size cap, validation, lanes), the
     control surface (the harness's marks, pinned decoding and log, with the secret), and status."""
 
-    def __init__(self, backend: Backend, log: RequestLog, pin: Decoding, secret: str, limits: Limits) -> None:
+    def __init__(
+        self, backend: Backend, log: RequestLog, pin: PinnedDecoding, secret: str, limits: Limits
+    ) -> None:
         self.backend, self.log, self.limits = backend, log, limits
-        self.default_pin = Decoding(**pin.__dict__)  # what a new lane starts with
+        self.default_pin = PinnedDecoding(**pin.__dict__)  # what a new lane starts with
         self.lanes: dict[str, Lane] = {"": Lane(pin)}  # "" is the root lane
         self._lanes_lock = threading.Lock()
         self.secret, self.key = secret, key_id(secret)
@@ -149,7 +151,7 @@ class Surface:
         return req
 
     @property
-    def pin(self) -> Decoding:
+    def pin(self) -> PinnedDecoding:
         """The root lane's pinned decoding."""
         return self.lanes[""].pin
 
@@ -157,7 +159,7 @@ class Surface:
         """The lane ``name``, made on the harness's first mark or pin for it."""
         with self._lanes_lock:
             if name not in self.lanes:
-                self.lanes[name] = Lane(Decoding(**self.default_pin.__dict__), name=name)
+                self.lanes[name] = Lane(PinnedDecoding(**self.default_pin.__dict__), name=name)
             return self.lanes[name]
 
     def _controlled(self, request: Any) -> None:
