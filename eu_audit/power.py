@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from eu_audit.audits.metric import Kind
 from eu_audit.audits.model import AuditReport, GateResult
-from eu_audit.sensitivity import Rule
+from eu_audit.sensitivity import RuleLike
 from eu_audit.verdict import gather, n_to_fail, n_to_hold, weigh, weighed_metric
 
 #: seeded runs per n where a rule's differences take more than two values: the chance is then within
@@ -103,7 +103,7 @@ def n_for_chance(
 
 
 def plan_rule(
-    report: AuditReport, rule: Rule, *, alpha: float, margin: float, chance: float = DEFAULT_CHANCE
+    report: AuditReport, rule: RuleLike, *, alpha: float, margin: float, chance: float = DEFAULT_CHANCE
 ) -> int | None:
     """For a rule weighed against the floor: the n at which a fresh run with the pilot's differences
     decides with ``chance``; None for facts and observations (one session decides them) and for a rule

@@ -24,7 +24,7 @@ from eu_audit.audits.metric import METRICS
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 
 
-class Rule(Protocol):
+class RuleLike(Protocol):
     """What a verdict and its control read of a parsed gate rule (``gate.Rule``)."""
 
     @property
@@ -127,7 +127,7 @@ def needs_control(name: str) -> bool:
     return name in METRICS and METRICS.get(name).control
 
 
-def positive_control(report: AuditReport, rule: Rule) -> Control | None:
+def positive_control(report: AuditReport, rule: RuleLike) -> Control | None:
     """What the state without the forget (B0: the white-box method, or the black-box run's no-forget
     tenant) showed for this rule on its sessions; None where the rule needs no control (cost, utility)."""
     if not needs_control(rule.metric):
@@ -161,7 +161,7 @@ def positive_control(report: AuditReport, rule: Rule) -> Control | None:
 
 
 def controlled(
-    report: AuditReport, rule: Rule, result: GateResult, *, floors_own: bool = False
+    report: AuditReport, rule: RuleLike, result: GateResult, *, floors_own: bool = False
 ) -> GateResult:
     """``result`` with its positive control, and *insensitive* in place of held or inconclusive where the
     control never showed what the rule looks for: the measurement could not have told a forget from none.

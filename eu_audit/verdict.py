@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
-from eu_audit.sensitivity import EQUALITY, OPS, Rule, controlled, other_method, value_of
+from eu_audit.sensitivity import EQUALITY, OPS, RuleLike, controlled, other_method, value_of
 
 #: engines whose replays are exact (the canonical schedule): equal states there are a fact
 EXACT_ENGINES = ("llamacpp", "hf")
@@ -312,11 +312,11 @@ class Evidence:
         return self.sessions - len(self.ds)
 
 
-def _result(rule: Rule, outcome: str, detail: str, **kw: object) -> GateResult:
+def _result(rule: RuleLike, outcome: str, detail: str, **kw: object) -> GateResult:
     return GateResult(rule=rule.text, outcome=outcome, detail=detail, **kw)  # type: ignore[arg-type]
 
 
-def gather(report: AuditReport, rule: Rule) -> Evidence | GateResult:
+def gather(report: AuditReport, rule: RuleLike) -> Evidence | GateResult:
     """The rule's evidence, or the failed verdict when there is none to weigh (fails closed)."""
     name = rule.metric
     mine = [s for s in report.states if s.method == rule.method and rule.suite in ("all", s.suite)]
@@ -375,7 +375,7 @@ def unmeasured_reason(state: StateAudit, name: str) -> str:
     return state.unmeasured.get(name, "")
 
 
-def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> GateResult:
+def decide(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> GateResult:
     """The verdict of one parsed rule on a finished audit, with its positive control (``controlled``)."""
     ev = gather(report, rule)
     if isinstance(ev, GateResult):
@@ -390,7 +390,7 @@ def decide(report: AuditReport, rule: Rule, *, alpha: float, margin: float) -> G
     return controlled(report, rule, _weigh(report, rule, metric, ev, alpha, margin), floors_own=floors_own)
 
 
-def weighed_metric(rule: Rule) -> Metric | None:
+def weighed_metric(rule: RuleLike) -> Metric | None:
     """The metric a rule against the floor is weighed on (``weigh``); None for a fact, a channel (z where
     B5 had none: ``gate.parse_rule``) or an observation, which one session decides."""
     if is_fact(rule.rhs) or "." in rule.metric:
@@ -399,7 +399,7 @@ def weighed_metric(rule: Rule) -> Metric | None:
     return None if metric.observation else metric
 
 
-def _each_session(rule: Rule, ev: Evidence, broken: int, test: str, broke: str, met: str) -> GateResult:
+def _each_session(rule: RuleLike, ev: Evidence, broken: int, test: str, broke: str, met: str) -> GateResult:
     """A requirement on every session: failed by one that breaks it (an observation, at any n), held when
     every session was observed and met it, inconclusive while some were not measured."""
     n = len(ev.ds)
@@ -412,13 +412,13 @@ def _each_session(rule: Rule, ev: Evidence, broken: int, test: str, broke: str, 
     return _result(rule, "held", f"{met} in all {n} session(s), each observed", test=test, n=n)
 
 
-def _fact(rule: Rule, ev: Evidence) -> GateResult:
+def _fact(rule: RuleLike, ev: Evidence) -> GateResult:
     broken = sum(not OPS[rule.op](v, float(rule.rhs)) for v in ev.values)
     broke = f"{rule.metric} {rule.op} {rule.rhs} broken"
     return _each_session(rule, ev, broken, "fact: every session observed", broke, "met")
 
 
-def _observed(rule: Rule, ev: Evidence) -> GateResult:
+def _observed(rule: RuleLike, ev: Evidence) -> GateResult:
     """An observation against the floor (``residue_store<=floor``): z found where the floor's state of the
     same session has none is a fact about that session, so one such session fails the rule at any n; it
     holds when every session was observed and none holds more than its floor."""
@@ -451,7 +451,7 @@ def weigh(ds: Sequence[float], kind: Kind, alpha: float, margin: float) -> Weigh
 
 
 def _weigh(
-    report: AuditReport, rule: Rule, metric: Metric, ev: Evidence, alpha: float, margin: float
+    report: AuditReport, rule: RuleLike, metric: Metric, ev: Evidence, alpha: float, margin: float
 ) -> GateResult:
     ds, n = ev.ds, len(ev.ds)
     mean = sum(ds) / n

@@ -221,7 +221,7 @@ def test_the_agent_contract_is_one_table_its_docs_server_and_client_are_made_fro
     from .scripted_agents import naive
 
     assert contract.markdown_table() in (contract.__doc__ or "")  # the docs cannot drift from the table
-    schema = contract.json_schema()["endpoints"]
+    schema = contract.agent_api_schema()["endpoints"]
     assert [(e["op"], e["method"], e["path"]) for e in schema] == [
         (e.op, e.method, contract.PREFIX + e.path) for e in contract.ENDPOINTS
     ]

@@ -238,7 +238,7 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-def json_schema() -> dict[str, Any]:
+def agent_api_schema() -> dict[str, Any]:
     """The contract as one JSON document: endpoints and the schema of every body."""
     models: dict[str, Any] = {}
     endpoints = []

@@ -302,8 +302,8 @@ class Driver:
 
     # -- after the stream ----------------------------------------------------------------------
     def say(self, what: str, text: str) -> list[str]:
-        """One user turn of a recheck (``recheck.Target``): the answers, with any tool call's arguments;
-        a tool call is answered with a refusal, never run."""
+        """One user turn of a recheck (``recheck.RecheckTarget``): the answers, with any tool call's
+        arguments; a tool call is answered with a refusal, never run."""
         where = f"episode {self.ep.id}, {self.sid}, recheck {what}"
         turn = self.call(where, lambda: self.agent.send(self.session, Message(role="user", content=text)))
         answers = [turn.text]

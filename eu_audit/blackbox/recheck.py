@@ -50,7 +50,7 @@ SMALL_TALK = (
 )
 
 
-class Target(Protocol):
+class RecheckTarget(Protocol):
     """What an event needs of the driven tenant (``drive.Driver`` is one)."""
 
     agent: AgentUnderTest
@@ -70,27 +70,27 @@ class Recheck:
     """One event: what it needs of the agent (a ``Capabilities`` flag, or None) and how it runs."""
 
     needs: str | None
-    run: Callable[[Target, str], list[str]]  # (tenant, the event's name) -> the answers it drew
+    run: Callable[[RecheckTarget, str], list[str]]  # (tenant, the event's name) -> the answers it drew
     #: checked right after the forget, before the episode's later turns (else after the probes)
     at_forget: bool = False
 
 
-def _restart(target: Target, name: str) -> list[str]:
+def _restart(target: RecheckTarget, name: str) -> list[str]:
     target.call(f"recheck {name}", lambda: target.agent.restart(target.tenant))
     return target.say(name, SMALL_TALK[0])  # a turn after it: what the restarted agent reads
 
 
-def _compact(target: Target, name: str) -> list[str]:
+def _compact(target: RecheckTarget, name: str) -> list[str]:
     turn: Turn = target.call(f"recheck {name}", lambda: target.agent.compact(target.session))
     return [turn.text, *target.say(name, SMALL_TALK[1])]
 
 
-def _reindex(target: Target, name: str) -> list[str]:
+def _reindex(target: RecheckTarget, name: str) -> list[str]:
     target.call(f"recheck {name}", lambda: target.agent.reindex(target.tenant))
     return target.say(name, SMALL_TALK[2])  # a turn after it: what the rebuilt index feeds the model
 
 
-def _at_once(target: Target, name: str) -> list[str]:
+def _at_once(target: RecheckTarget, name: str) -> list[str]:
     return []  # nothing happens: the checks read what the forget itself left
 
 
@@ -111,7 +111,7 @@ def recheck(name: str) -> tuple[Recheck, int]:
     return RECHECKS.get(name), 0
 
 
-def _turns(target: Target, name: str) -> list[str]:
+def _turns(target: RecheckTarget, name: str) -> list[str]:
     _, n = recheck(name)
     out: list[str] = []
     for i in range(n):

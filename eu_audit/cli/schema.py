@@ -50,7 +50,7 @@ def schema(
 
         doc = {"$id": "eu-audit/audit@1", **AuditReport.model_json_schema()}
     elif kind == "agent-api":
-        from eu_audit.blackbox.contract import json_schema as agent_api
+        from eu_audit.blackbox.contract import agent_api_schema as agent_api
 
         doc = agent_api()
     elif kind == "serve-log":
