@@ -29,9 +29,8 @@ from typing import Any
 from eu_audit.audits.probes import Ask, ProbeRunner, load_probes, task_request
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import KVEngine, Sampling
-from eu_audit.trace import rebuild_state
 from eu_audit.trace.session import SessionTrace
-from eu_audit.trace.state import StateBuilder
+from eu_audit.trace.state import StateBuilder, rebuild_state
 from eu_audit.unlearn import engine_for
 
 Ids = list[list[int]]

@@ -24,7 +24,7 @@ from eu_audit.bundle.io import SessionTrace, read_bundle
 from eu_audit.engines.hf import HFEngine
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.models import LoadedModel, load_model
-from eu_audit.trace import rebuild_state
+from eu_audit.trace.state import rebuild_state
 
 
 def _measure(engine: HFEngine, fn) -> tuple[float, int]:  # type: ignore[no-untyped-def]

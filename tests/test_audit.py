@@ -23,8 +23,7 @@ from eu_audit.gate import evaluate, parse_rule
 from eu_audit.matching import TargetMatcher
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.models import LoadedModel
-from eu_audit.trace import rebuild_state
-from eu_audit.trace.state import StateBuilder
+from eu_audit.trace.state import StateBuilder, rebuild_state
 from eu_audit.unlearn import unlearn
 
 from .helpers import kv_equal, run_cli

@@ -19,8 +19,7 @@ from eu_audit.methods import all_methods
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.models import LoadedModel
-from eu_audit.trace import rebuild_state
-from eu_audit.trace.state import StateBuilder, segments
+from eu_audit.trace.state import StateBuilder, rebuild_state, segments
 from eu_audit.unlearn import parse_methods, unlearn
 
 from .helpers import kv_equal, record_and_unlearn
