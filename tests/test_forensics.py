@@ -128,6 +128,16 @@ def test_z_kept_in_two_tables_is_named_in_both_not_only_the_first_read(tmp_path:
     assert counts["rows"] == 3
     said = examples["rows"]
     assert said.count("t.sqlite: history.text") == 1 and "t.sqlite: queue.text" in said
+    # a second file is named even where the first has more tables holding z than the example shows
+    other = tmp_path / "u.sqlite"
+    con = sqlite3.connect(other)
+    for table in ("a", "b", "c", "d"):
+        con.execute(f"CREATE TABLE {table} (text TEXT)")
+        con.execute(f"INSERT INTO {table} VALUES ('lives at 12 Linden Street')")
+    con.commit()
+    con.close()
+    _, examples, _ = read_files([other, db], TargetMatcher.of("12 Linden Street")).counts()
+    assert "t.sqlite: " in examples["rows"] and examples["rows"].endswith("; and 3 more")
 
 
 def test_a_forget_that_wipes_other_tenants_fails_the_bystander_gate_and_a_careful_one_keeps_them(

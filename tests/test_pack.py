@@ -66,6 +66,8 @@ def test_a_malformed_case_is_refused_naming_the_file_and_field(tmp_path: Path) -
     assert got.value.field == "name"
     proc = run_cli("pack", "run", "nosuch", "--cases", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    proc = run_cli("pack", "run", "mem0-6636")  # a committed case that is not reproduced: nothing runs
+    assert proc.returncode == 2 and "not reproduced" in proc.stdout + proc.stderr
 
 
 def test_the_runner_fails_the_release_with_the_bug_naming_the_place_and_holds_the_fixed_one(

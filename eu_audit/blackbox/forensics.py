@@ -30,6 +30,7 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,9 @@ class DiskReport:
         """(channel -> count, channel -> its places, file -> why not measured) for this tenant. A file
         that other tenants of the run keep their data in too (``shared``) counts only rows that name this
         tenant; its raw bytes cannot be told apart, so z there is said (the example), never counted.
-        A channel's places are one per table (raw bytes: per file), up to ``PLACES_SHOWN``, joined by "; ":
-        a reader sees every table that kept z, not only the first one read."""
+        A channel's places are one per table (raw bytes: per file), every file's first before any file's
+        second, up to ``PLACES_SHOWN``, joined by "; ": a reader sees every file and table that kept z, not
+        only the first one read."""
         counts, examples = dict.fromkeys(DISK_TIERS, 0), dict[str, str]()
         places: dict[str, dict[str, str]] = {}  # tier -> table (file: table.column) -> its first place
         unread = dict(self.unread)
@@ -92,7 +94,14 @@ class DiskReport:
             key = Path(f.file).name if f.tier == "bytes" else place.split(" (")[0]  # a file's first page
             places.setdefault(f.tier, {}).setdefault(key, place)
         for tier, seen in places.items():
-            shown = list(seen.values())[:PLACES_SHOWN]
+            # every file's first table before any file's second: a file is never hidden behind another's
+            # tables (mem0's history rows used to push Chroma's embeddings_queue out of the example)
+            by_file: dict[str, list[str]] = {}
+            for place in seen.values():
+                by_file.setdefault(place.split(": ")[0], []).append(place)
+            rounds = zip_longest(*by_file.values())
+            ordered = [place for row in rounds for place in row if place is not None]
+            shown = ordered[:PLACES_SHOWN]
             more = len(seen) - len(shown)
             examples[tier] = "; ".join(shown) + (f"; and {more} more" if more else "")
         if unattributed and not counts["bytes"]:  # said, not counted: no tenant can be held to them

@@ -76,6 +76,12 @@ def pack_run(
     from eu_audit.pack.table import figures
 
     chosen = load_cases(cases, names)
+    if not any(c.runnable for c in chosen):  # nothing would run: no verdict to give, never a silent 0
+        from eu_audit.errors import BadInput
+
+        raise BadInput(
+            f"nothing to run: every case named is not reproduced here ({', '.join(c.name for c in chosen)})"
+        )
     root = DEFAULT_CASES.parent  # a case's agent is a path in the checkout (examples/agents/...)
     results = run_pack(chosen, root, out_path, lambda line: say(out, line), release)
     if report is not None:
