@@ -171,7 +171,13 @@ def audit_section(src: AuditSource, out: Path, findings: bool = False) -> list[s
         + (f" (weights sha256 {rep.model_digest[:12]})" if rep.model_digest else "")
         + f" on {rep.engine}"
         + (f" ({rep.engine_facts['library']})" if rep.engine_facts.get("library") else "")
-        + ".",
+        + "."
+        + (
+            f" Texts re-scored from these rows by the matcher of commit {rep.rescored_by} "
+            "(`eu-audit rescore`)."
+            if rep.rescored_by
+            else ""
+        ),
         "",
     ]
     return lines

@@ -142,6 +142,7 @@ SAME_AUDIT = (
     "alpha",
     "floor",
     "probes",
+    "rescored_by",  # texts scored by one matcher: a run re-scored in part is not one run
 )
 
 

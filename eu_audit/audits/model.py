@@ -130,6 +130,9 @@ class AuditReport(BaseModel):
     tool_version: str = __version__
     tool_commit: str = ""  # the eu-audit commit that computed it (build_info.source_commit)
     command: str = ""  # the command that made it
+    #: the eu-audit commit whose matcher re-scored the texts from these rows (``eu-audit rescore``); empty
+    #: when they are scored as audited. Shards scored by different matchers never merge
+    rescored_by: str = ""
     bundle: str
     bundle_digest: str
     unlearned: str | None = None

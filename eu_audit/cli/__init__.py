@@ -18,6 +18,7 @@ COMMANDS = (
     "verify",
     "power",
     "matcher",
+    "rescore",
     "sweep",
     "report",
     "view",

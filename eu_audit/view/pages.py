@@ -322,6 +322,10 @@ def facts(rep: AuditReport, source: str) -> list[tuple[str, str]]:
         ("sampling", f"k = {rep.k} at T = {rep.temperature}, seed {rep.seed}"),
         ("decision", f"alpha {rep.alpha}, margin {rep.margin}, floor {'B5' if rep.floor else 'none'}"),
         ("eu-audit", f"{rep.tool_version} (commit {rep.tool_commit or 'not recorded'})"),
+        (
+            "texts scored by",
+            f"the matcher of commit {rep.rescored_by} (re-scored)" if rep.rescored_by else "the audit",
+        ),
         # what the run cost (the per-method recompute ledger is Table 2's cost columns)
         ("cost", ", ".join(f"{k} {v}" for k, v in rep.cost.items()) or "not recorded"),
     ]
