@@ -45,7 +45,7 @@ def test_a_text_the_old_matcher_missed_counts_and_is_masked_and_the_cells_follow
     new, counts = rescore(rep, _targets(rep), rescored_by="abc")
     st = next(s for s in new.states if s.session_id == session and s.method == "b0")
     assert st.probes[0].leaked and value.upper() not in st.probes[0].text and "[z:" in st.probes[0].text
-    assert counts.masked == 1
+    assert counts.probes[("b0", "bfcl-memory")] == 1 and counts.masked == 1
     after = new.cell("b0", "bfcl-memory")
     assert after is not None and after.values["leak_probes"] == pytest.approx(before + 1 / after.n)
     assert new.rescored_by == "abc"

@@ -27,8 +27,8 @@ def _pairs(audit: Path, out_path: Path) -> list[tuple[Path, Path]]:
     return [(audit, out_path)]
 
 
-@app.command()
-def rescore(
+@app.command("rescore")
+def rescore_command(
     audit: Annotated[Path, typer.Argument(help="An audit JSON (audit --json), or a folder of shard audits.")],
     out_path: Annotated[
         Path, typer.Option("--out", "-o", help="The re-scored audit JSON (a folder for a folder).")
@@ -55,8 +55,7 @@ def rescore(
     [bold]eu-audit rescore reports/audit-qwen2.5/rows/audits/slices -o /tmp/slices[/]
     """
     from eu_audit.audits.model import read_report
-    from eu_audit.audits.rescore import FROM_STATE, RescoreCounts, targets_of
-    from eu_audit.audits.rescore import rescore as rescore_report
+    from eu_audit.audits.rescore import FROM_STATE, RescoreCounts, rescore, targets_of
     from eu_audit.build_info import source_commit
     from eu_audit.jsonl import atomic_writer, check_output_path
     from eu_audit.suites import load_suite
@@ -77,7 +76,7 @@ def rescore(
     commit = source_commit()
     total = RescoreCounts()
     for src, dst, rep in reports:
-        new, counts = rescore_report(rep, targets, source=str(src), rescored_by=commit)
+        new, counts = rescore(rep, targets, source=str(src), rescored_by=commit)
         total.probes.update(counts.probes)
         total.sample_sets.update(counts.sample_sets)
         total.masked += counts.masked
@@ -90,6 +89,11 @@ def rescore(
         t.add_row(key[0], key[1], str(total.probes[key]), str(total.sample_sets[key]))
     if total.probes or total.sample_sets:
         out.print(t)
+        say(
+            out,
+            f"in all: {sum(total.probes.values())} probe answer(s) and {sum(total.sample_sets.values())} "
+            "sample set(s) now hold z",
+        )
     else:
         say(out, "no text changed its verdict: the matcher finds nothing more in these rows")
     say(out, f"texts with a span masked now that the old mask left in clear: {total.masked}")
