@@ -26,7 +26,7 @@ from eu_audit.runtime.agent import AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.models import LoadedModel, gguf_digest_unloaded
-from eu_audit.trace.records import ForgetRequest, LedgerRecord, Occurrence, ReceiptRecord
+from eu_audit.trace.records import ForgetRequestRecord, LedgerRecord, Occurrence, ReceiptRecord
 from eu_audit.trace.session import Bundle, SessionTrace
 
 
@@ -128,7 +128,7 @@ def _same_model(bundle: Bundle, name: str, what: str, fld: str, want: str, have:
         )
 
 
-def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> ReceiptRecord:
+def receipt(trace: SessionTrace, method: str, request: ForgetRequestRecord) -> ReceiptRecord:
     """Where the target's variants are left: context blocks, memory, tool calls (the same matcher the
     audits use, so a receipt never calls clean what an audit counts as a leak)."""
     m = TargetMatcher.of(request.target, request.variants)
@@ -169,7 +169,7 @@ def receipt(trace: SessionTrace, method: str, request: ForgetRequest) -> Receipt
     )
 
 
-def outbox_side_effects(box: Outbox, trace: SessionTrace, request: ForgetRequest) -> list[Occurrence]:
+def outbox_side_effects(box: Outbox, trace: SessionTrace, request: ForgetRequestRecord) -> list[Occurrence]:
     """Calls the real outbox holds for the session that carried the target: side effects that happened
     (A3), whether or not the bundle marks them, listed on every receipt."""
     m = TargetMatcher.of(request.target, request.variants)
@@ -310,13 +310,13 @@ def _located(bundle: Bundle, trace: SessionTrace, run: Callable[[], T]) -> T:
         ) from None
 
 
-def _request(trace: SessionTrace, target: str | None, source: str | None) -> ForgetRequest:
+def _request(trace: SessionTrace, target: str | None, source: str | None) -> ForgetRequestRecord:
     if target is None:
         if not trace.forget_requests:
             raise BadInput(f"session {trace.session_id} has no forget request; pass --target (and --source)")
         req = trace.forget_requests[0]
         return req.model_copy(update={"source": source or req.source})
     variants = trace.session.target.variants if target == trace.session.target.value else []
-    return ForgetRequest(
+    return ForgetRequestRecord(
         session_id=trace.session_id, target=target, source=source, variants=variants, reason="command line"
     )

@@ -29,8 +29,8 @@ from eu_audit.blackbox.contract import (
     ForgetReceipt,
     ForgetRequest,
     Message,
+    OfferedTool,
     StoreDump,
-    ToolSpec,
     Turn,
 )
 from eu_audit.matching import TargetMatcher
@@ -59,7 +59,7 @@ class Hostile:
         )
 
     def start(
-        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
     ) -> str:
         with self.lock:
             self.url[tenant] = model_base_url or self.serve + "/v1"

@@ -17,8 +17,8 @@ from eu_audit.blackbox.contract import (
     ForgetRequest,
     MemoryRecord,
     Message,
+    OfferedTool,
     StoreDump,
-    ToolSpec,
     Turn,
 )
 
@@ -67,7 +67,7 @@ class ForgingAgent:
         assert status == 200, status
         return Turn(text=str(got["choices"][0]["message"]["content"] or ""))
 
-    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
+    def start(self, tenant: str, *, seed: int, tools: list[OfferedTool]) -> str:
         sid = f"{tenant}-{next(self.ids)}"
         self.tenant_of[sid] = tenant
         self.history.setdefault(tenant, [])
@@ -118,7 +118,7 @@ class NotebookAgent:
     def _answer(self, tenant: str) -> Turn:
         return Turn(text="Noted. I know: " + " | ".join(self.notes[tenant]))
 
-    def start(self, tenant: str, *, seed: int, tools: list[ToolSpec]) -> str:
+    def start(self, tenant: str, *, seed: int, tools: list[OfferedTool]) -> str:
         sid = f"{tenant}-{next(self.ids)}"
         self.tenant_of[sid] = tenant
         self.notes.setdefault(tenant, [])
@@ -336,7 +336,7 @@ class LaneAgent:
         return Capabilities(name="lanes", memory_inject=True, tenant_model_url=True)
 
     def start(
-        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
     ) -> str:
         # without serve (in-process tests) there is no lane: serve's root URL is the tenant's then
         self.url[tenant] = model_base_url if model_base_url and not self.stray else self.serve + "/v1"

@@ -32,10 +32,10 @@ from eu_audit.blackbox.contract import (
     ForgetRequest,
     MemoryRecord,
     Message,
+    OfferedTool,
     StoredItem,
     StoreDump,
     StoreFiles,
-    ToolSpec,
     Turn,
 )
 from eu_audit.matching import TargetMatcher
@@ -84,7 +84,7 @@ class SqliteAgent:
         return struct.pack(f"<{len(vec)}f", *vec)
 
     def start(
-        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
     ) -> str:
         self.url[tenant] = model_base_url or self.serve + "/v1"
         sid = f"{tenant}-{next(self.ids)}"

@@ -323,7 +323,7 @@ def outcome(path: Path, read: Callable[[Path], Any], process: Callable[[Any], No
 def process_bundle(engine: Any = None, unlearn_out: Path | None = None) -> Callable[[Any], None]:
     """What downstream commands do with an accepted bundle: its graph, receipts and inspect's rendering;
     with an engine, the token checks and a rebuild of every state; with ``unlearn_out``, unlearn b7."""
-    from eu_audit.trace.records import ForgetRequest
+    from eu_audit.trace.records import ForgetRequestRecord
     from eu_audit.trace.state import rebuild_state
     from eu_audit.unlearn import check_bundle_model, receipt, unlearn
 
@@ -335,7 +335,7 @@ def process_bundle(engine: Any = None, unlearn_out: Path | None = None) -> Calla
             receipt(
                 trace,
                 "recorded",
-                ForgetRequest(session_id=trace.session_id, target=t.value, variants=t.variants),
+                ForgetRequestRecord(session_id=trace.session_id, target=t.value, variants=t.variants),
             )
         if engine is not None:
             check_bundle_model(bundle, engine)

@@ -35,10 +35,10 @@ from eu_audit.blackbox.contract import (
     ForgetRequest,
     MemoryRecord,
     Message,
+    OfferedTool,
     StartSession,
     StoreDump,
     StoreFiles,
-    ToolSpec,
     Turn,
 )
 from eu_audit.errors import BadInput, EuAuditError, RunFailed
@@ -76,7 +76,7 @@ class AgentUnderTest(Protocol):
     def capabilities(self) -> Capabilities: ...
 
     def start(
-        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
     ) -> str:
         """``model_base_url`` is given only to an agent whose capabilities say ``tenant_model_url`` (an
         agent without that capability may leave the parameter out)."""
@@ -173,7 +173,7 @@ class HttpAgent:
         return caps
 
     def start(
-        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
     ) -> str:
         body = StartSession(tenant=tenant, seed=seed, tools=tools, model_base_url=model_base_url)
         return str(self._op("start", body=body).session_id)
@@ -259,7 +259,7 @@ class InProcessAgent:
         return self._run("capabilities")
 
     def start(
-        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
     ) -> str:
         lane = {"model_base_url": model_base_url} if model_base_url else {}  # older agents lack the parameter
         return self._run("start", tenant, seed=seed, tools=tools, **lane)

@@ -104,7 +104,7 @@ class Capabilities(_Model):
     store_files: bool = False  # the agent names the files it persists a tenant's data in (``files``)
 
 
-class ToolSpec(_Model):
+class OfferedTool(_Model):
     """An OpenAI-style function the harness offers for this session (it answers the calls)."""
 
     type: Literal["function"] = "function"
@@ -114,7 +114,7 @@ class ToolSpec(_Model):
 class StartSession(_Model):
     tenant: str
     seed: int = 0
-    tools: list[ToolSpec] = Field(default_factory=list)
+    tools: list[OfferedTool] = Field(default_factory=list)
     #: the OpenAI base URL (ending in /v1) for every model call made for this tenant, its sessions, forks,
     #: memory writes and forget; None: the agent's own configured one (a run driven one tenant at a time)
     model_base_url: str | None = None

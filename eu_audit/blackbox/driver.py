@@ -18,8 +18,8 @@ from eu_audit.blackbox.contract import (
     Capabilities,
     MemoryRecord,
     Message,
+    OfferedTool,
     StoreDump,
-    ToolSpec,
     Turn,
 )
 from eu_audit.blackbox.forensics import DiskReport, read_files
@@ -117,7 +117,7 @@ class Driver:
         self.after = False
         self.session = ""
 
-    def _spec(self, name: str) -> ToolSpec:
+    def _spec(self, name: str) -> OfferedTool:
         spec = self.toolset[name]
         props = {
             p: {
@@ -129,7 +129,7 @@ class Driver:
             }
             for p, t in spec.params.items()
         }
-        return ToolSpec(
+        return OfferedTool(
             function={
                 "name": name,
                 "description": spec.description,

@@ -35,10 +35,10 @@ from eu_audit.blackbox.contract import (
     ForgetRequest,
     MemoryRecord,
     Message,
+    OfferedTool,
     StoredItem,
     StoreDump,
     StoreFiles,
-    ToolSpec,
     Turn,
 )
 from eu_audit.checkpoints import CheckpointStore
@@ -59,7 +59,7 @@ ForgetKind = Literal["b7", "b1", "b0"]
 FORGET_KINDS: tuple[ForgetKind, ...] = ("b7", "b1", "b0")
 
 
-def runtime_tools(specs: list[ToolSpec]) -> dict[str, RuntimeTool]:
+def runtime_tools(specs: list[OfferedTool]) -> dict[str, RuntimeTool]:
     """The host's OpenAI function specs as runtime tool specs (names and descriptions; the host runs them)."""
     out = {}
     for spec in specs:
@@ -173,7 +173,7 @@ class ReferenceAgent:
         )
 
     def start(
-        self, tenant: str, *, seed: int, tools: list[ToolSpec], model_base_url: str | None = None
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
     ) -> str:
         if model_base_url:
             self._use_lane(tenant, model_base_url)

@@ -22,7 +22,7 @@ from eu_audit.bundle.records import (
     CheckpointRecord,
     ElicitationRecord,
     EndRecord,
-    ForgetRequest,
+    ForgetRequestRecord,
     Header,
     LedgerRecord,
     ObservationRecord,
@@ -159,7 +159,7 @@ def _line_key(trace: SessionTrace, rec: Any) -> tuple[str, str, str]:
         ObservationRecord: ("observation", trace.observations),
         ToolCallRecord: ("tool_call", trace.tool_calls),
         LedgerRecord: ("ledger", trace.ledgers),
-        ForgetRequest: ("forget_request", trace.forget_requests),
+        ForgetRequestRecord: ("forget_request", trace.forget_requests),
     }
     kind, held = counts.get(type(rec), (str(rec.type), []))
     return (sid, kind, str(len(held)))
@@ -187,7 +187,7 @@ def _attach(trace: SessionTrace, rec: Any, path: Path, lineno: int) -> None:
         trace.tool_calls.append(rec)
     elif isinstance(rec, CheckpointRecord):
         trace.checkpoints.append(rec.checkpoint)
-    elif isinstance(rec, ForgetRequest):
+    elif isinstance(rec, ForgetRequestRecord):
         trace.forget_requests.append(rec)
     elif isinstance(rec, LedgerRecord):
         trace.ledgers.append(rec)

@@ -20,7 +20,7 @@ from eu_audit.trace.records import (
     CheckpointRecord,
     Decoding,
     ElicitationRecord,
-    ForgetRequest,
+    ForgetRequestRecord,
     Header,
     LedgerRecord,
     MemoryEntry,
@@ -50,7 +50,7 @@ Record = Annotated[
     | BlockRecord
     | ToolCallRecord
     | CheckpointRecord
-    | ForgetRequest
+    | ForgetRequestRecord
     | LedgerRecord
     | ReceiptRecord
     | ElicitationRecord
@@ -66,7 +66,7 @@ SESSION_SCOPED = (
     BlockRecord,
     ToolCallRecord,
     CheckpointRecord,
-    ForgetRequest,
+    ForgetRequestRecord,
     LedgerRecord,
     ReceiptRecord,
     ElicitationRecord,
@@ -91,7 +91,7 @@ __all__ = [
     "CheckpointRecord",
     "Decoding",
     "EndRecord",
-    "ForgetRequest",
+    "ForgetRequestRecord",
     "Header",
     "LedgerRecord",
     "MemoryEntry",

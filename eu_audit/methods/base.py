@@ -27,11 +27,11 @@ from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.runtime.tools import load_toolset
 from eu_audit.runtime.world import World
 from eu_audit.trace.blocks import RuntimeBlock
-from eu_audit.trace.records import ForgetRequest, LedgerRecord, MemoryEntry, SinkPolicy
+from eu_audit.trace.records import ForgetRequestRecord, LedgerRecord, MemoryEntry, SinkPolicy
 from eu_audit.trace.session import SessionTrace
 
 
-def locate(trace: SessionTrace, request: ForgetRequest) -> tuple[str, int, set[str]]:
+def locate(trace: SessionTrace, request: ForgetRequestRecord) -> tuple[str, int, set[str]]:
     """Lines 1-3 of Algorithm 1 on the recorded provenance: LocateSource, FirstEntry, TaintClosure, as
     (s, tau, closure). Needs no model, so ``unlearn`` calls it on every session before one loads: a target
     that never entered, or a source that does not exist, is refused at once (BadInput)."""
@@ -47,7 +47,7 @@ class ForgetContext:
     chat: ChatFormat
     engine: KVEngine
     trace: SessionTrace  # the recorded, contaminated session
-    request: ForgetRequest  # (z, s)
+    request: ForgetRequestRecord  # (z, s)
     settings: AgentSettings  # the recording's decoding settings
     outbox: Outbox  # the real sink: replay reads it (a call id in it never fires again), never writes
     method: str = ""  # the method being applied (set by the runner)

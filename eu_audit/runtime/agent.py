@@ -30,7 +30,7 @@ from eu_audit.runtime.tools import ToolSpec, load_toolset, parse_tool_calls
 from eu_audit.runtime.world import World, WorldView, env_snapshot_id, memory_shown
 from eu_audit.trace.blocks import BlockType, RuntimeBlock
 from eu_audit.trace.records import (
-    ForgetRequest,
+    ForgetRequestRecord,
     MemoryEntry,
     ObservationRecord,
     SessionRecord,
@@ -433,7 +433,7 @@ class Agent:
             ],
             episode=ep,
         )
-        forget = ForgetRequest(
+        forget = ForgetRequestRecord(
             session_id=self.sid,
             target=ep.target.value,
             source=ep.source_id,

@@ -11,7 +11,7 @@ stood at that point (identical in both worlds before tau, Lemma 1).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from eu_audit.checkpoints import Checkpoint, CheckpointReason, common_prefix, manifest_at
 from eu_audit.episodes import StepKind
@@ -21,12 +21,41 @@ from eu_audit.runtime.world import env_snapshot_id
 from eu_audit.trace.blocks import BlockType
 
 if TYPE_CHECKING:
-    from eu_audit.runtime.agent import Agent
+    from eu_audit.checkpoints import CheckpointStore
+    from eu_audit.engines import KVEngine
+    from eu_audit.episodes import Episode
+    from eu_audit.runtime.context import Context
+    from eu_audit.runtime.dispatch import ToolDispatcher
+    from eu_audit.runtime.memory import MemoryStore
+    from eu_audit.runtime.world import WorldView
+    from eu_audit.trace.blocks import RuntimeBlock
+    from eu_audit.trace.records import ObservationRecord, ToolCallRecord
     from eu_audit.trace.session import SessionTrace
 
 
+class Resumable(Protocol):
+    """What a restore reads and sets on the agent (``eu_audit.runtime.agent.Agent`` is one): named here,
+    so this module depends on the agent's parts and never on the agent, which calls it."""
+
+    sid: str
+    engine: KVEngine
+    episode: Episode
+    env: dict[str, Any]
+    view: WorldView
+    context: Context
+    memory: MemoryStore
+    dispatch: ToolDispatcher
+    checkpoints: CheckpointStore
+    observations: list[ObservationRecord]
+    tool_calls: list[ToolCallRecord]
+    pending_results: list[tuple[str, Any]]
+
+    @property
+    def blocks(self) -> list[RuntimeBlock]: ...
+
+
 def resume(
-    agent: Agent,
+    agent: Resumable,
     trace: SessionTrace,
     checkpoint: Checkpoint,
     boundary: int | None = None,
@@ -46,7 +75,7 @@ def resume(
 
 
 def _restore_cache(
-    agent: Agent, trace: SessionTrace, checkpoint: Checkpoint, boundary: int, held: Sequence[str] | None
+    agent: Resumable, trace: SessionTrace, checkpoint: Checkpoint, boundary: int, held: Sequence[str] | None
 ) -> int:
     recorded = {b.id: b for b in trace.blocks}
     missing = [b for b in checkpoint.manifest if b not in recorded]
@@ -65,7 +94,7 @@ def _restore_cache(
     return engine.account.prefilled - before
 
 
-def _adopt_record(agent: Agent, trace: SessionTrace, boundary: int) -> None:
+def _adopt_record(agent: Resumable, trace: SessionTrace, boundary: int) -> None:
     """The recorded artifacts of transitions 1..boundary become the agent's own."""
     agent.context.adopt(
         [b for b in trace.blocks if b.turn <= boundary], manifest_at(trace.blocks, boundary), boundary
@@ -80,7 +109,9 @@ def _adopt_record(agent: Agent, trace: SessionTrace, boundary: int) -> None:
     ]
 
 
-def _restore_environment(agent: Agent, trace: SessionTrace, checkpoint: Checkpoint, boundary: int) -> None:
+def _restore_environment(
+    agent: Resumable, trace: SessionTrace, checkpoint: Checkpoint, boundary: int
+) -> None:
     """The world's initial environment plus the committed effects up to the boundary (identical in both
     worlds before tau). Only the factual world has a recorded snapshot to match."""
     agent.env = agent.view.environment()
@@ -101,7 +132,7 @@ def _restore_environment(agent: Agent, trace: SessionTrace, checkpoint: Checkpoi
         )
 
 
-def _seed_memory(agent: Agent, boundary: int) -> None:
+def _seed_memory(agent: Resumable, boundary: int) -> None:
     """The persistent store as it stood after transition ``boundary``."""
     for item in agent.episode.memory:
         agent.memory.add(agent.sid, item.id, item.text, [])

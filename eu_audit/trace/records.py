@@ -181,7 +181,7 @@ class CheckpointRecord(_Record):
     checkpoint: Checkpoint
 
 
-class ForgetRequest(_Record):
+class ForgetRequestRecord(_Record):
     type: Literal["forget_request"] = "forget_request"
     session_id: str
     target: str  # z

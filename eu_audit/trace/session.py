@@ -22,7 +22,7 @@ from eu_audit.trace.records import (
     BlockRecord,
     CheckpointRecord,
     ElicitationRecord,
-    ForgetRequest,
+    ForgetRequestRecord,
     Header,
     LedgerRecord,
     ObservationRecord,
@@ -42,7 +42,7 @@ class SessionTrace:
     blocks: list[RuntimeBlock] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
-    forget_requests: list[ForgetRequest] = field(default_factory=list)
+    forget_requests: list[ForgetRequestRecord] = field(default_factory=list)
     ledgers: list[LedgerRecord] = field(default_factory=list)
     receipts: list[ReceiptRecord] = field(default_factory=list)
     # a black-box run's own records (empty for sessions eu-audit's runtime ran)

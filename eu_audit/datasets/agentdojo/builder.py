@@ -96,14 +96,14 @@ def reading_pairs(suite: Any, skips: Skips | None = None) -> list[Pair]:
         for k, c in enumerate(calls):
             live: dict[str, Any] = {"agentdojo": spec, "log": list(log)}
             try:
-                result = json.dumps(ad.run(live, c.function, dict(c.args)))
+                result = json.dumps(ad.run_function(live, c.function, dict(c.args)))
             except ToolError:
                 if skips is not None:
                     skips[f"agentdojo {suite.name}: a reference call failed before reading a vector"] += 1
                 break
             seen = [v for v, m in marked.items() if m in result]
             if seen:
-                if not ad.is_consequential(c.function):
+                if not ad.function_is_consequential(c.function):
                     pairs.append(Pair(uid, seen[0], k, c.function, dict(c.args)))
                 break
             log = live["log"]

@@ -72,7 +72,7 @@ def frozen_time() -> Any:
     return time_machine.travel(FROZEN_NOW, tick=False)
 
 
-def is_consequential(tool_name: str) -> bool:
+def function_is_consequential(tool_name: str) -> bool:
     return tool_name in _STATEFUL_READS or not tool_name.startswith(_READ_PREFIXES)
 
 
@@ -98,7 +98,7 @@ def environment(spec: Mapping[str, Any], log: list[Any] | tuple[Any, ...] = ()) 
     return env
 
 
-def run(env: dict[str, Any], name: str, args: dict[str, Any]) -> Any:
+def run_function(env: dict[str, Any], name: str, args: dict[str, Any]) -> Any:
     """Run one AgentDojo function on the episode environment ``env`` (moved forward in place)."""
     from agentdojo.functions_runtime import FunctionsRuntime
 
@@ -110,7 +110,7 @@ def run(env: dict[str, Any], name: str, args: dict[str, Any]) -> Any:
         result, error = runtime.run_function(live, name, args)
     if error:
         raise ToolError(error)
-    if is_consequential(name):
+    if function_is_consequential(name):
         log.append([name, dict(args)])
     return to_jsonable_python(result, fallback=str)
 
@@ -133,7 +133,7 @@ def _toolset(suite_name: str) -> dict[str, ToolSpec]:
             name=f.name,
             description=first_line,
             params=params,
-            consequential=is_consequential(f.name),
+            consequential=function_is_consequential(f.name),
             identifier_args=tuple(p for p in params if p in _IDENTIFIER_ARGS),
             fn=_bound(f.name),
         )
@@ -141,7 +141,7 @@ def _toolset(suite_name: str) -> dict[str, ToolSpec]:
 
 
 def _bound(name: str) -> ToolFn:
-    return lambda env, args: run(env, name, args)
+    return lambda env, args: run_function(env, name, args)
 
 
 class AgentDojoSpec(BaseModel):

@@ -18,7 +18,7 @@ def _environments(episode: Episode, calls: Calls) -> tuple[Any, Any, Any]:
     suite = ad.suite(meta["suite"], meta["source"].split(" ")[-1])
     spec = episode.env["agentdojo"]
     pre = ad.environment(spec)
-    post = ad.environment(spec, [[n, a] for n, a in calls if ad.is_consequential(n)])
+    post = ad.environment(spec, [[n, a] for n, a in calls if ad.function_is_consequential(n)])
     return suite, pre, post
 
 

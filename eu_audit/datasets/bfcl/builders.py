@@ -258,7 +258,7 @@ def find_identifier(scenario_id: str, skips: Skips | None = None) -> dict[str, A
         for cand in _scalars(result):
             if _identifier_like(cand) and cand in later and not any(cand in q for q in questions):
                 return {"turn": turn, "call": [name, args], "value": cand, "log": log}
-        if bfcl_env.is_consequential(name):
+        if bfcl_env.call_is_consequential(name):
             log = [*log, [name, args]]
     if skips is not None:
         skips["bfcl-tools: no identifier that a later reference call routes on"] += 1

@@ -120,7 +120,7 @@ def ground_truth() -> dict[str, list[list[str]]]:
     return {r["id"]: r["ground_truth"] for r in rows}
 
 
-def is_consequential(name: str) -> bool:
+def call_is_consequential(name: str) -> bool:
     return name not in _READ_NAMES and not name.startswith(_READ_PREFIXES)
 
 
@@ -170,11 +170,11 @@ def withhold(value: Any, hidden: list[str]) -> Any:
     return value
 
 
-def run(env: dict[str, Any], name: str, args: dict[str, Any]) -> Any:
+def run_call(env: dict[str, Any], name: str, args: dict[str, Any]) -> Any:
     log = env.setdefault("log", [])
     live = backends(env["bfcl"]["scenario"], log)
     result = call(live, name, args)
-    if is_consequential(name):
+    if call_is_consequential(name):
         log.append([name, dict(args)])
     return withhold(result, env.get("withhold", []))
 
@@ -189,7 +189,7 @@ def _toolset() -> dict[str, ToolSpec]:
             name=name,
             description=desc,
             params=params,
-            consequential=is_consequential(name),
+            consequential=call_is_consequential(name),
             identifier_args=tuple(p for p in params if any(h in p.lower() for h in _IDENTIFIER_HINTS)),
             fn=_bound(name),
         )
@@ -197,7 +197,7 @@ def _toolset() -> dict[str, ToolSpec]:
 
 
 def _bound(name: str) -> ToolFn:
-    return lambda env, args: run(env, name, args)
+    return lambda env, args: run_call(env, name, args)
 
 
 class BfclSpec(BaseModel):
