@@ -46,19 +46,6 @@ def result_of(outcomes: Iterable[str]) -> str:
     return "FAILED" if "failed" in seen else "WARNED" if seen - {"held"} else "PASSED"
 
 
-#: which rule evidences which obligation: "this run measured X", never legal advice
-CONTROLS: dict[str, list[str]] = {
-    "residue_store": ["GDPR art. 17(1) erasure: the agent's stores were searched for z after its forget"],
-    "residue_context": [
-        "GDPR art. 17(1) erasure: the prompts reaching the model after the forget were searched for z"
-    ],
-    "leak_probes": [
-        "GDPR art. 17(1) erasure: the agent was asked for z after the forget, against a reference"
-    ],
-    "leak5": ["GDPR art. 17(1) erasure: sampled answers were searched for z, against a reference"],
-    "leak_any": ["GDPR art. 17(1) erasure: derived artifacts and tool arguments were searched for z"],
-    "cad": ["GDPR art. 17(1) erasure: the agent's actions after the forget were compared with a reference"],
-}
 STATE_SEARCHED = (
     "GDPR art. 17(1) erasure: the post-forget state was searched for z (context, memory, pending tool "
     "calls); committed calls are side effects outside any replay"
@@ -272,7 +259,9 @@ def controls_for(rules: Sequence[str]) -> list[str]:
             metrics.add(parse_rule(r).metric)
         except BadInput:  # the errored-states pseudo-rule
             continue
-    return [c for m in sorted(metrics) for c in CONTROLS.get(m, [])] + RECORD_KEEPING
+    from eu_audit.audits.metric import METRICS
+
+    return [c for m in sorted(metrics) if m in METRICS for c in METRICS.get(m).receipt] + RECORD_KEEPING
 
 
 def sign(stmt: dict[str, Any], key: Path) -> dict[str, Any]:

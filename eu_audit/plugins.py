@@ -86,8 +86,9 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ),
     ExtensionPoint(
         "eu_audit.audits.metric:METRICS",
-        "a `Metric`: a measured quantity with its kind, direction and whether it needs a control",
-        "`audit`, rules (`--gate`)",
+        "a `Metric` (keywords only): a measured quantity with its kind, direction, whether it needs a "
+        "control and what a rule on it evidences in a receipt (`receipt`)",
+        "`audit`, rules (`--gate`), receipts",
     ),
     ExtensionPoint("eu_audit.audits.probes:PROBES", "a `Probe`: a question that elicits z", "`audit`"),
     ExtensionPoint(

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +18,8 @@ from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.jsonl import check_output_path, temp_beside
-from eu_audit.progress import Progress
+from eu_audit.parallel import in_job_order
+from eu_audit.progress import Progress, ProgressCounter
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
@@ -131,30 +130,14 @@ def _concurrently(
     for slot in range(workers):
         free.put(slot if pinned else None)
 
-    def task(i: int, ep: Episode) -> SessionTrace:
+    def task(job: tuple[int, Episode]) -> SessionTrace:
         slot = free.get()
         try:
-            return run_one(i, ep, engine.sibling(id_slot=slot))
+            return run_one(job[0], job[1], engine.sibling(id_slot=slot))
         finally:
             free.put(slot)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(task, i, ep) for i, ep in episodes]
-        return [f.result() for f in futures]
-
-
-class ProgressCounter:
-    """Progress over units of work (transitions, tenants), safe to tick from several threads."""
-
-    def __init__(self, total: int, progress: Progress | None) -> None:
-        self.total, self.done, self.progress = total, 0, progress
-        self._lock = threading.Lock()
-
-    def tick(self, what: str) -> None:
-        with self._lock:
-            self.done += 1
-            if self.progress:
-                self.progress(what, self.done, self.total)
+    return in_job_order(episodes, task, workers, name="eu-audit-session")
 
 
 def record(

@@ -36,7 +36,7 @@ def test_a_rule_on_a_suite_where_b0_never_leaked_is_insensitive_and_b0s_rate_is_
     outcome, control = got["b1.agentdojo.leak_probes<=floor"]
     assert outcome == "insensitive" and "0 of 10" in control  # SmolLM2 never repeats z there, forget or not
     outcome, control = got["b1.bfcl-memory.leak_probes<=floor"]
-    assert outcome == "inconclusive" and "2 of 10" in control  # B0 leaked in 2: the measurement can see z
+    assert outcome == "inconclusive" and "3 of 10" in control  # B0 leaked in 3 (rows re-scored): it can see z
 
 
 def test_a_no_op_forget_is_never_held(smol: AuditReport) -> None:
@@ -53,14 +53,14 @@ def test_b7_equal_to_b5_token_for_token_needs_no_control(smol: AuditReport) -> N
 
 
 def test_a_hold_with_no_b0_in_the_audit_is_insensitive(smol: AuditReport) -> None:
-    """At a wide margin B6's Leak@probes holds by its bound on bfcl-memory, where B0 leaked in 2 of 10;
+    """At a wide margin B6's Leak@probes holds by its bound on bfcl-memory, where B0 leaked in 3 of 10;
     without B0 in the audit nothing shows the measurement could see z there: the same data, insensitive."""
     wide = smol.model_copy(update={"margin": 0.5})
     rule = "b6.bfcl-memory.leak_probes<=floor"
     with_b0 = evaluate(wide, [rule])[0]
     without = wide.model_copy(update={"states": [s for s in wide.states if s.method != "b0"]})
     alone = evaluate(without, [rule])[0]
-    assert with_b0.outcome == "held" and "2 of 10" in with_b0.control
+    assert with_b0.outcome == "held" and "3 of 10" in with_b0.control
     assert alone.outcome == "insensitive" and "not recorded" in alone.control
 
 

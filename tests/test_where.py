@@ -1,4 +1,4 @@
-"""reports/agents/where.py: the reports' account of where z survived names who made each call that carried it.
+"""tools/where.py: the reports' account of where z survived names who made each call that carried it.
 
 A prompt tier names a message's role only: a memory library's extraction prompt, which renders the last
 messages as text inside one user turn, lands in "history: user turns" beside the agent's own history. The
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-WHERE = Path(__file__).resolve().parents[1] / "reports" / "agents" / "where.py"
+WHERE = Path(__file__).resolve().parents[1] / "tools" / "where.py"
 Z = "Kastanienallee 7"
 
 

@@ -1,7 +1,7 @@
 """A metric is one object: its name, label, direction, binariness, paper table, JUnit membership, number
 format and its computation (from a state's evidence, or against the floor's state) are declared once,
 and the scoring, tables, JUnit, gates and the Markdown report all read them. The built-in metrics are
-declared in ``eu_audit.audits.catalog``; ``metric(Metric(...))`` adds one."""
+declared in ``eu_audit.audits.catalog``; ``metric(Metric(name=..., ...))`` adds one."""
 
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ Shows = Literal["says", "behaves", "keeps"]
 Kind = Literal["binary", "rate", "unbounded"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Metric:
+    """Built with keywords only (``Metric(name=..., label=..., ...)``): a new field never shifts a plugin's
+    arguments."""
+
     name: str
     label: str  # a short column label
     direction: Direction
@@ -56,6 +59,9 @@ class Metric:
     #: could not): a reading most runs never take (eu-audit's read of an agent's files, a bystander), so a
     #: report of a run without it is as it was before it existed
     when_measured: bool = False
+    #: what a rule on it evidences, for a signed receipt's controls ("this run measured X", never legal
+    #: advice); empty: the receipt names no obligation for it
+    receipt: tuple[str, ...] = ()
 
     def measured_in(self, states: Iterable[Any]) -> bool:
         """Whether any of ``states`` (``StateAudit``) carries this metric, measured or not measurable."""

@@ -32,7 +32,6 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +57,9 @@ from eu_audit.episodes import Episode, Phase, Step
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
-from eu_audit.progress import Progress
-from eu_audit.record import ProgressCounter, pick_episodes
+from eu_audit.parallel import in_job_order
+from eu_audit.progress import Progress, ProgressCounter
+from eu_audit.record import pick_episodes
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.world import World
 from eu_audit.suites import load_suite
@@ -231,14 +231,7 @@ def _drive_all(
             )
         return trace
 
-    if opts.concurrency <= 1:
-        return [kept(drive_one(job)) for job in jobs]
-    pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="eu-audit-tenant")
-    try:
-        futures = [pool.submit(drive_one, job) for job in jobs]
-        return [kept(f.result()) for f in futures]
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    return [kept(t) for t in in_job_order(jobs, drive_one, opts.concurrency, name="eu-audit-tenant")]
 
 
 def _check_concurrency(opts: AgentRecordOptions, serve: ServeControl, caps: Capabilities) -> None:

@@ -2,7 +2,7 @@
 which prompt tiers still carried z after it (serve log) and which stores still hold it (dump), with one
 quoted example each. Prints Markdown for the reports in this folder.
 
-    python reports/agents/where.py RUN_DIR [RUN_DIR ...]   # folders written by gate.sh
+    python tools/where.py RUN_DIR [RUN_DIR ...]   # folders written by gate.sh
 """
 
 from __future__ import annotations

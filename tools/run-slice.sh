@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One slice of the default model's n = 30 run, at the commit every slice runs (so the slices stay one run):
 #
-#   reports/audit-qwen2.5/slices/run-slice.sh I [WORKDIR]      # I = 1..15
+#   tools/run-slice.sh I [WORKDIR]      # I = 1..15
 #
 # Checks out commit 018a927 into WORKDIR/code (a detached git worktree; this checkout's .venv runs it),
 # records shard I/15 and audits it there (about 35 min on 2 cores), and copies the masked audit JSON to
-# ../rows/audits/slices/audit-slice-I.json, beside the slices already in. It never overwrites a slice
-# already there. Then: add the slice's row to the table in README.md and remake ../report.md from the
+# reports/audit-qwen2.5/rows/audits/slices/audit-slice-I.json, beside the slices already in. It never overwrites a slice
+# already there. Then: add the slice's row to the table in README.md and remake reports/audit-qwen2.5/report.md from the
 # folder of slices with --findings and the notes (README.md has the command): the report merges them,
 # and its rows are the slices themselves, each state once.
 #
@@ -18,8 +18,8 @@
 set -euo pipefail
 I=${1:?usage: run-slice.sh I [WORKDIR]   (I = 1..15)}
 [[ "$I" =~ ^([1-9]|1[0-5])$ ]] || { echo "slice must be 1..15, got '$I'" >&2; exit 2; }
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../../.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+HERE="$ROOT/reports/audit-qwen2.5/slices"
 COMMIT=018a927
 WORK=${2:-"$ROOT/../eu-slices"}
 DEST="$(cd "$HERE/../rows/audits/slices" && pwd)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One black-box gate run, as a CI job would run it, for the reports in this folder:
 #
-#   reports/agents/gate.sh AGENT FORGET SUITE N MODEL OUT
+#   tools/gate.sh AGENT FORGET SUITE N MODEL OUT
 #
 #   AGENT   minimal | mem0 | langgraph | openai-agents | llamaindex | langmem (examples/agents/AGENT/agent.py) |
 #           eu-audit (eu-audit agent, the control)
@@ -27,7 +27,7 @@
 # Needs `pip install -e '.[agents]'` for the examples. Everything runs on loopback; nothing is left running.
 set -uo pipefail
 AGENT=$1 FORGET=$2 SUITE=$3 N=$4 MODEL=$5 OUT=$6
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="$ROOT/.venv/bin"
 mkdir -p "$OUT"
 SERVE_PORT=$(( 20000 + RANDOM % 20000 )); AGENT_PORT=$(( SERVE_PORT + 1 ))
