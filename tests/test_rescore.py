@@ -8,30 +8,38 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audits.model import AuditReport, read_report
-from eu_audit.audits.rescore import rescore, targets_of
+from eu_audit.audits.rescore import rescore, suite_targets
 from eu_audit.errors import BadInput
-from eu_audit.suites import load_suite
 
 ROWS = Path(__file__).parent.parent / "reports" / "audit-smollm2" / "rows" / "audits" / "smol10.audit.json"
+
+
+def _bfcl_memory() -> AuditReport:
+    """The committed SmolLM2 audit's bfcl-memory sessions (10 of 40, every method): the suite where B0
+    says z, small enough that re-masking every text with every target takes a second, not twenty."""
+    rep = read_report(ROWS)
+    return rep.model_copy(
+        update={"suites": ["bfcl-memory"], "states": [s for s in rep.states if s.suite == "bfcl-memory"]}
+    )
 
 
 def _targets(rep: AuditReport) -> dict:
     out: dict = {}
     for suite in rep.suites:
-        out.update(targets_of(load_suite(suite)))
+        out.update(suite_targets(suite))
     return out
 
 
 def _report_with_a_missed_leak() -> tuple[AuditReport, str, str]:
     """The committed SmolLM2 audit with one B0 bfcl-memory probe answer rewritten to hold z in clear,
     still scored not leaked: what an older matcher that missed the spelling left."""
-    rep = read_report(ROWS)
+    rep = _bfcl_memory()
     st = next(
         s
         for s in rep.states
         if s.method == "b0" and s.suite == "bfcl-memory" and not any(o.leaked for o in s.probes)
     )
-    target = targets_of(load_suite("bfcl-memory"))[st.episode_id]
+    target = suite_targets("bfcl-memory")[st.episode_id]
     st.probes[0].text = f"Sure: THE {target.value.upper()}."
     st.probes[0].leaked = False
     return rep, st.session_id, target.value
@@ -53,29 +61,31 @@ def test_a_text_the_old_matcher_missed_counts_and_is_masked_and_the_cells_follow
 
 def test_a_text_the_audit_counted_stays_counted_and_nothing_else_moves() -> None:
     """The committed rows re-scored by the matcher they were masked with: no verdict changes."""
-    rep = read_report(ROWS)
+    rep = _bfcl_memory()
     new, counts = rescore(rep, _targets(rep))
     assert not counts.changed
     assert [o.leaked for s in new.states for o in s.probes] == [
         o.leaked for s in rep.states for o in s.probes
     ]
-    assert [c.values for c in new.cells] == [c.values for c in rep.cells]
+    assert [c.values for c in new.cells if c.suite == "bfcl-memory"] == [
+        c.values for c in rep.cells if c.suite == "bfcl-memory"
+    ]
 
 
 def test_a_state_whose_episode_no_suite_given_holds_is_bad_input_not_a_guess() -> None:
-    rep = read_report(ROWS)
+    rep = _bfcl_memory()
     with pytest.raises(BadInput, match="its target is unknown"):
-        rescore(rep, targets_of(load_suite("preference")), source=str(ROWS))
+        rescore(rep, suite_targets("preference"), source=str(ROWS))
 
 
 def test_rescore_never_writes_over_its_input(tmp_path: Path) -> None:
     from .helpers import run_cli
 
     audit = tmp_path / "a.json"
-    audit.write_text(ROWS.read_text())
+    audit.write_text(_bfcl_memory().model_dump_json())
     r = run_cli("rescore", str(audit), "-o", str(audit), "--force")
     assert r.returncode == 2 and "never overwrites an input" in r.stderr
-    assert audit.read_text() == ROWS.read_text()
+    assert audit.read_text() == _bfcl_memory().model_dump_json()
     out = tmp_path / "b.json"
     r = run_cli("rescore", str(audit), "-o", str(out))
     assert r.returncode == 0, r.stderr

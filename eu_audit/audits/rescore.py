@@ -60,6 +60,20 @@ def targets_of(episodes: Iterable[object]) -> dict[str, Target]:
     return {ep.id: ep.target for ep in episodes}  # type: ignore[attr-defined]
 
 
+def suite_targets(ref: str) -> dict[str, Target]:
+    """Episode id -> target of a suite name or episodes file. A shipped suite or a file is read without
+    checking its tools against the toolsets (that imports AgentDojo, seconds): only the targets are read."""
+    from pathlib import Path
+
+    from eu_audit.suites import SHIPPED, load_episodes, load_suite, shipped_file
+
+    if ref in SHIPPED:
+        return targets_of(load_episodes(shipped_file(ref), check_tools=False))
+    if Path(ref).is_file():
+        return targets_of(load_episodes(ref, check_tools=False))
+    return targets_of(load_suite(ref))
+
+
 def _session_target(st: StateAudit, targets: Mapping[str, Target], source: str) -> TargetMatcher:
     target = targets.get(st.episode_id)
     if target is None:

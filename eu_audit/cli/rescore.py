@@ -55,10 +55,9 @@ def rescore_command(
     [bold]eu-audit rescore reports/audit-qwen2.5/rows/audits/slices -o /tmp/slices[/]
     """
     from eu_audit.audits.model import read_report
-    from eu_audit.audits.rescore import FROM_STATE, RescoreCounts, rescore, targets_of
+    from eu_audit.audits.rescore import FROM_STATE, RescoreCounts, rescore, suite_targets
     from eu_audit.build_info import source_commit
     from eu_audit.jsonl import atomic_writer, check_output_path
-    from eu_audit.suites import load_suite
 
     pairs = _pairs(audit, out_path)
     for src, dst in pairs:
@@ -72,7 +71,7 @@ def rescore_command(
     refs = suite or sorted({s for _, _, r in reports for s in r.suites})
     targets = {}
     for ref in refs:
-        targets.update(targets_of(load_suite(ref)))
+        targets.update(suite_targets(ref))
     commit = source_commit()
     total = RescoreCounts()
     for src, dst, rep in reports:
