@@ -2,10 +2,11 @@
 
 A registry maps a name to an object. It fills itself on first use, in this order:
 
-1. its *built-in modules*, named as strings where the registry is declared (importing one registers its
-   objects), so a registry never imports the modules that register into it and no import cycle forms;
-2. installed packages: the one group ``eu_audit.plugins`` (``eu_audit.plugins``, loaded once for every
-   registry), then the group ``eu_audit.<kind>`` of this registry (each entry point is loaded once).
+1. installed packages' group ``eu_audit.plugins`` (``eu_audit.plugins``, loaded once for every registry):
+   it may add a data set (``eu_audit.datasets.add_data_set``) whose modules step 2 imports;
+2. its *built-in modules* and the data sets' modules of its kind, named as strings (importing one registers
+   its objects), so a registry never imports the modules that register into it and no import cycle forms;
+3. the group ``eu_audit.<kind>`` of this registry (each entry point is loaded once).
 
 ``eu_audit.plugins`` lists every registry: the extension points in one place.
 
@@ -53,12 +54,12 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True  # before importing: a module that registers must not re-enter
-        from eu_audit.datasets import PLUGINS
+        from eu_audit.datasets import modules_for
         from eu_audit.plugins import load_plugins
 
-        for module in (*self.builtins, *PLUGINS.get(self.kind, ())):
+        load_plugins()  # first: an installed package may add a data set whose modules this kind imports
+        for module in (*self.builtins, *modules_for(self.kind)):
             importlib.import_module(module)
-        load_plugins()
         for ep in entry_points(group=f"eu_audit.{self.kind}"):
             ep.load()
 

@@ -107,3 +107,43 @@ def test_a_package_plugs_in_through_the_one_entry_point_group(
     assert "my-set" in GATE_SETS  # the plugin's module was imported on the registry's first use
     assert "my_plugin" in sys.modules
     monkeypatch.delitem(sys.modules, "my_plugin")
+
+
+def test_a_data_set_is_one_object_and_a_package_adds_one_through_the_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data set is one ``DataSet``: the shipped suites and each registry's data-set modules are read
+    from it. A package adds one (``add_data_set`` in its ``eu_audit.plugins`` module) and the registry of
+    each kind it names imports its module on first use, as it does ours."""
+    import sys
+
+    import eu_audit.datasets as datasets
+    import eu_audit.plugins as plugins
+    from eu_audit.suites import LOADERS, SUITES
+
+    assert datasets.SHIPPED == ("builtin", "agentdojo", "bfcl-memory", "bfcl-tools", "preference")
+    assert all(name in SUITES for name in datasets.SHIPPED)
+    assert datasets.modules_for("suite_loaders") == ("eu_audit.datasets.longmemeval.loader",)
+
+    (tmp_path / "my_data.py").write_text(
+        "from eu_audit.datasets import DataSet, add_data_set\n"
+        "add_data_set(DataSet('mine', 'a test data set', {'suite_loaders': ('my_loader',)}))\n"
+    )
+    (tmp_path / "my_loader.py").write_text(
+        "from eu_audit.suites import LOADERS\nLOADERS.add('mine', lambda path: [])\n"
+    )
+    dist = tmp_path / "my_data-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-data\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[eu_audit.plugins]\nmine = my_data\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(datasets, "DATASETS", dict(datasets.DATASETS))
+    assert "longmemeval" in LOADERS  # ours, loaded into the real table before the package comes
+    monkeypatch.setattr(LOADERS, "_loaded", False)
+    try:
+        assert "mine" in LOADERS and "longmemeval" in LOADERS  # theirs too, from its data set
+    finally:
+        LOADERS._items.pop("mine", None)
+        for name in ("my_data", "my_loader"):
+            sys.modules.pop(name, None)

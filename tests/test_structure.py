@@ -163,7 +163,7 @@ def test_a_metric_is_computed_by_its_own_object_and_nowhere_by_name() -> None:
 
 
 def test_each_data_set_module_is_named_once() -> None:
-    """The data sets' plug-in modules are listed in one place (``eu_audit.datasets.PLUGINS``); no registry
+    """The data sets' plug-in modules are listed in one place (``eu_audit.datasets.DATASETS``); no registry
     names them again."""
     found = []
     for path in sorted((ROOT / "eu_audit").rglob("*.py")):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
+from eu_audit.datasets import SHIPPED as SHIPPED  # re-exported: the suite names
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import iter_jsonl
@@ -58,8 +59,7 @@ def _file_suite(name: str) -> Callable[[], list[Episode]]:
     return lambda: load_episodes(shipped_file(name))
 
 
-#: suites shipped as data (built by ``eu-audit suites build NAME``)
-SHIPPED = ("builtin", "agentdojo", "bfcl-memory", "bfcl-tools", "preference")
+# the suites shipped as data (``eu_audit.datasets.SHIPPED``, built by ``eu-audit suites build NAME``)
 for _name in SHIPPED:
     SUITES.add(_name, _file_suite(_name))
 

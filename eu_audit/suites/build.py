@@ -29,7 +29,7 @@ class Skips(Counter[str]):
         return [f"{n} skipped: {reason}" for reason, n in sorted(self.items())]
 
 
-#: the data sets' builders (``eu_audit.datasets.PLUGINS`` lists their modules)
+#: the data sets' builders (each ``eu_audit.datasets.DataSet`` names its modules)
 BUILDERS: Registry[Callable[[Knobs, Skips], list[Episode]]] = Registry("suite_builders")
 
 
