@@ -84,24 +84,35 @@ def test_every_registry_is_one_listed_extension_point_and_the_docs_table_is_made
     assert extension_points_table() in (ROOT / "docs" / "library.md").read_text()
 
 
+def _installed_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, files: dict[str, str]
+) -> None:
+    """A package installed on the path whose ``eu_audit.plugins`` entry point is ``module`` (its files
+    written as given), with the group not yet loaded in this process."""
+    import eu_audit.plugins as plugins
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    dist = tmp_path / f"{module}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[eu_audit.plugins]\nmine = {module}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "_loaded", False)
+
+
 def test_a_package_plugs_in_through_the_one_entry_point_group(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import sys
 
-    import eu_audit.plugins as plugins
     from eu_audit.gate import GATE_SETS
 
-    (tmp_path / "my_plugin.py").write_text(
+    plugin = (
         "from eu_audit.gate import GATE_SETS, GateSet\n"
         "GATE_SETS.add('my-set', GateSet(('agent.residue_store==0',)))\n"
     )
-    dist = tmp_path / "my_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[eu_audit.plugins]\nmine = my_plugin\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(plugins, "_loaded", False)
+    _installed_plugin(tmp_path, monkeypatch, "my_plugin", {"my_plugin.py": plugin})
     monkeypatch.setattr(GATE_SETS, "_loaded", False)
     monkeypatch.setattr(GATE_SETS, "_items", {})
     assert "my-set" in GATE_SETS  # the plugin's module was imported on the registry's first use
@@ -118,26 +129,18 @@ def test_a_data_set_is_one_object_and_a_package_adds_one_through_the_group(
     import sys
 
     import eu_audit.datasets as datasets
-    import eu_audit.plugins as plugins
     from eu_audit.suites import LOADERS, SUITES
 
     assert datasets.SHIPPED == ("builtin", "agentdojo", "bfcl-memory", "bfcl-tools", "preference")
     assert all(name in SUITES for name in datasets.SHIPPED)
     assert datasets.modules_for("suite_loaders") == ("eu_audit.datasets.longmemeval.loader",)
 
-    (tmp_path / "my_data.py").write_text(
-        "from eu_audit.datasets import DataSet, add_data_set\n"
-        "add_data_set(DataSet('mine', 'a test data set', {'suite_loaders': ('my_loader',)}))\n"
-    )
-    (tmp_path / "my_loader.py").write_text(
-        "from eu_audit.suites import LOADERS\nLOADERS.add('mine', lambda path: [])\n"
-    )
-    dist = tmp_path / "my_data-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-data\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[eu_audit.plugins]\nmine = my_data\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(plugins, "_loaded", False)
+    files = {
+        "my_data.py": "from eu_audit.datasets import DataSet, add_data_set\n"
+        "add_data_set(DataSet('mine', 'a test data set', {'suite_loaders': ('my_loader',)}))\n",
+        "my_loader.py": "from eu_audit.suites import LOADERS\nLOADERS.add('mine', lambda path: [])\n",
+    }
+    _installed_plugin(tmp_path, monkeypatch, "my_data", files)
     monkeypatch.setattr(datasets, "DATASETS", dict(datasets.DATASETS))
     assert "longmemeval" in LOADERS  # ours, loaded into the real table before the package comes
     monkeypatch.setattr(LOADERS, "_loaded", False)
