@@ -57,7 +57,7 @@ def test_a_report_from_audits_made_at_different_commits_needs_allow_mixed_and_sa
 def test_no_committed_audit_row_holds_a_target_the_matcher_finds() -> None:
     """Every row meant to leave the machine is masked by the matcher of today, not of its day: a spelling
     the matcher learned later (the severe penicillin allergy, an IBAN cut off at the answer's end) is
-    masked in the committed rows too (``tools/remask_rows.py``)."""
+    masked in the committed rows too (``eu-audit rescore``, which masks and re-scores them)."""
     import json
 
     from eu_audit.blackbox.residue import strings

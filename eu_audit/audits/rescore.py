@@ -7,10 +7,10 @@ address, a number spelled out) can decide those texts again without re-running a
 - a text the audit counted stays counted. Its span is masked, so it cannot be read again; the matcher
   only ever gained forms (on the labelled set, every text the matcher of the committed reports found is
   still found);
-- a text it did not count counts when it holds a masked span (a later mask, ``tools/remask_rows.py``,
-  masked it with the session's own target while leaving the values as scored) or its own session's
-  target in clear, taken from the suite's episode (an episode id the suite lacks is bad input: the
-  target is unknown, so nothing is guessed);
+- a text it did not count counts when it holds a masked span (a mask-only pass at 246ea82, since
+  replaced by this module, masked it with the session's own target and left the values as scored) or
+  its own session's target in clear, taken from the suite's episode (an episode id the suite lacks is
+  bad input: the target is unknown, so nothing is guessed);
 - every newly found span is masked, with a fresh salt that is never written (the old digests cannot
   be recomputed without the audit's own salt, and the rows must not carry a way to test guesses of z);
 - what the texts decide is recomputed: each probe's ``leaked``, Leak@probes over the probes the floor
@@ -36,8 +36,6 @@ from eu_audit.matching import TargetMatcher
 
 #: a span an earlier mask replaced (``eu_audit.evidence.Mask``)
 MASKED_SPAN = re.compile(r"\[z:[0-9a-f]{12}\]")
-#: the values a rescore recomputes from the texts (the rest read the state or the serve log)
-FROM_TEXTS = ("leak_probes", "leak5", "says_it")
 #: the values it cannot recompute from an audit JSON, named in the command's output
 FROM_STATE = ("leak_exact", "leak_action", "leak_any", "residue_context", "residue_store", "residue_disk")
 
@@ -88,7 +86,7 @@ def _session_target(st: StateAudit, targets: Mapping[str, Target], source: str) 
 def holds_target(text: str, matcher: TargetMatcher) -> bool:
     """The session's target in clear, or a span a mask already replaced. A masked span is taken as the
     session's own target: rows are masked with the bundle's targets when audited, and re-masked with each
-    session's own (``tools/remask_rows.py``); a session's model never saw another session's target."""
+    session's own (the mask-only pass of 246ea82); a session's model never saw another session's target."""
     return bool(MASKED_SPAN.search(text)) or matcher.found_in(text)
 
 
@@ -110,15 +108,19 @@ def _rescore_state(st: StateAudit, matcher: TargetMatcher, mask: Mask, counts: R
             values["leak5"] = 1.0
     if newly and values.get("says_it") is not None:
         values["says_it"] = 1.0
-    texts = [o.text for o in st.probes] + st.samples + st.floor_samples + [st.reply_example]
-    counts.masked += sum(1 for t in texts if mask.text(t) != t)
+    samples = [mask.text(s) for s in st.samples]
+    floor_samples = [mask.text(s) for s in st.floor_samples]
+    reply_example = mask.text(st.reply_example)
+    before = [o.text for o in st.probes] + st.samples + st.floor_samples + [st.reply_example]
+    after = [o.text for o in probes] + samples + floor_samples + [reply_example]
+    counts.masked += sum(1 for a, b in zip(before, after, strict=True) if a != b)
     return st.model_copy(
         update={
             "probes": probes,
             "values": values,
-            "samples": [mask.text(s) for s in st.samples],
-            "floor_samples": [mask.text(s) for s in st.floor_samples],
-            "reply_example": mask.text(st.reply_example),
+            "samples": samples,
+            "floor_samples": floor_samples,
+            "reply_example": reply_example,
             "residue": mask.value(st.residue),
         }
     )
