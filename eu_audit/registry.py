@@ -3,7 +3,7 @@
 A registry maps a name to an object. It fills itself on first use, in this order:
 
 1. installed packages' group ``eu_audit.plugins`` (``eu_audit.plugins``, loaded once for every registry):
-   it may add a data set (``eu_audit.datasets.add_data_set``) whose modules step 2 imports;
+   it may add a data set (``eu_audit.plugins.add_data_set``) whose modules step 2 imports;
 2. its *built-in modules* and the data sets' modules of its kind, named as strings (importing one registers
    its objects), so a registry never imports the modules that register into it and no import cycle forms;
 3. the group ``eu_audit.<kind>`` of this registry (each entry point is loaded once).
@@ -54,8 +54,7 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True  # before importing: a module that registers must not re-enter
-        from eu_audit.datasets import modules_for
-        from eu_audit.plugins import load_plugins
+        from eu_audit.plugins import load_plugins, modules_for
 
         load_plugins()  # first: an installed package may add a data set whose modules this kind imports
         for module in (*self.builtins, *modules_for(self.kind)):

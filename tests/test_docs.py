@@ -128,7 +128,7 @@ def test_a_data_set_is_one_object_and_a_package_adds_one_through_the_group(
     each kind it names imports its module on first use, as it does ours."""
     import sys
 
-    import eu_audit.datasets as datasets
+    import eu_audit.plugins as datasets
     from eu_audit.suites import LOADERS, SUITES
 
     assert datasets.SHIPPED == ("builtin", "agentdojo", "bfcl-memory", "bfcl-tools", "preference")
@@ -136,7 +136,7 @@ def test_a_data_set_is_one_object_and_a_package_adds_one_through_the_group(
     assert datasets.modules_for("suite_loaders") == ("eu_audit.datasets.longmemeval.loader",)
 
     files = {
-        "my_data.py": "from eu_audit.datasets import DataSet, add_data_set\n"
+        "my_data.py": "from eu_audit.plugins import DataSet, add_data_set\n"
         "add_data_set(DataSet('mine', 'a test data set', {'suite_loaders': ('my_loader',)}))\n",
         "my_loader.py": "from eu_audit.suites import LOADERS\nLOADERS.add('mine', lambda path: [])\n",
     }

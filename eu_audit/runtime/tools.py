@@ -33,7 +33,7 @@ class ToolSpec:
         return f"- {self.name}({params}) [{kind}]: {self.description}"
 
 
-TOOLS: Registry[ToolSpec] = Registry("tools")  # the built-in suite's tools: eu_audit.datasets.DATASETS
+TOOLS: Registry[ToolSpec] = Registry("tools")  # the built-in suite's tools: eu_audit.plugins.DATASETS
 
 
 def tool(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from eu_audit.datasets import SHIPPED as SHIPPED  # re-exported: the suite names
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import iter_jsonl
+from eu_audit.plugins import SHIPPED as SHIPPED  # re-exported: the suite names
 from eu_audit.registry import Registry
 
 SUITES: Registry[Callable[[], list[Episode]]] = Registry("suites")
@@ -59,7 +59,7 @@ def _file_suite(name: str) -> Callable[[], list[Episode]]:
     return lambda: load_episodes(shipped_file(name))
 
 
-# the suites shipped as data (``eu_audit.datasets.SHIPPED``, built by ``eu-audit suites build NAME``)
+# the suites shipped as data (``eu_audit.plugins.SHIPPED``, built by ``eu-audit suites build NAME``)
 for _name in SHIPPED:
     SUITES.add(_name, _file_suite(_name))
 
