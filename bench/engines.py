@@ -23,7 +23,7 @@ import torch
 from eu_audit.engines import Sampling
 from eu_audit.engines.hf import HFEngine, bare_decode_loop
 from eu_audit.engines.llamacpp import LlamaCppEngine, bare_generate, wheel_version
-from eu_audit.runtime.models import load_gguf_model, load_model
+from eu_audit.models import load_gguf_model, load_model
 
 PROMPT = (
     "<|im_start|>system\nYou are a personal assistant agent acting for one user.<|im_end|>\n"

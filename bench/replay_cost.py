@@ -17,7 +17,7 @@ from pathlib import Path
 
 from eu_audit.episodes import Episode
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import load_model
+from eu_audit.models import load_model
 from eu_audit.unlearn import unlearn
 
 HANDBOOK = (

@@ -35,10 +35,10 @@ from eu_audit.audits.scoring import StateEvidence, score
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import KVEngine, Sampling
 from eu_audit.errors import BadInput, EuAuditError
+from eu_audit.models import LoadedModel
 from eu_audit.progress import Progress
 from eu_audit.runtime.agent import derive_seed
 from eu_audit.runtime.memory import memory_text
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.sensitivity import CONTROL
 from eu_audit.summary import summarise
 from eu_audit.trace.session import Bundle, SessionTrace

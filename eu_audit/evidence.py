@@ -322,7 +322,7 @@ def _verifying_key(env_dict: dict[str, Any], key: Any, receipt: Path) -> str:
 def _pinned_digest(model: str) -> str | None:
     """The sha256 the model registry pins for a registered model's weights (None: not registered, or
     made locally, such as the tiny random model)."""
-    from eu_audit.runtime.models import EmbeddedGGUF, resolve_model
+    from eu_audit.models import EmbeddedGGUF, resolve_model
 
     try:
         src = resolve_model(model).source

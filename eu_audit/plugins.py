@@ -53,9 +53,7 @@ class ExtensionPoint:
 
 #: every extension point, in the order a reader meets them (the paper's objects first)
 EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
-    ExtensionPoint(
-        "eu_audit.runtime.models:MODELS", "a `ModelSpec` (weights, tokenizer, family)", "`--model`"
-    ),
+    ExtensionPoint("eu_audit.models:MODELS", "a `ModelSpec` (weights, tokenizer, family)", "`--model`"),
     ExtensionPoint(
         "eu_audit.engines.base:ENGINES",
         "an engine class (a KV-cache engine and its `Abilities`)",

@@ -18,12 +18,12 @@ from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.jsonl import check_output_path, temp_beside
+from eu_audit.models import DEFAULT_MODEL, LoadedModel
 from eu_audit.parallel import in_job_order
 from eu_audit.progress import Progress, ProgressCounter
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
-from eu_audit.runtime.models import DEFAULT_MODEL, LoadedModel
 from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
 from eu_audit.trace.records import Decoding, Header, ModelInfo, check_decoding

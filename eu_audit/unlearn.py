@@ -21,11 +21,11 @@ from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
 from eu_audit.methods import METHODS, ForgetContext, all_methods, apply_method
 from eu_audit.methods.base import locate
+from eu_audit.models import LoadedModel, gguf_digest_unloaded
 from eu_audit.progress import Progress
 from eu_audit.runtime.agent import AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import Outbox
-from eu_audit.runtime.models import LoadedModel, gguf_digest_unloaded
 from eu_audit.trace.records import ForgetRequestRecord, LedgerRecord, Occurrence, ReceiptRecord
 from eu_audit.trace.session import Bundle, SessionTrace
 

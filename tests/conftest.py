@@ -6,7 +6,7 @@ import pytest
 
 from eu_audit.bundle.io import Bundle
 from eu_audit.episodes import Episode
-from eu_audit.runtime.models import FAST_MODEL, TINY_MODEL, LoadedModel, load_model
+from eu_audit.models import FAST_MODEL, TINY_MODEL, LoadedModel, load_model
 from eu_audit.suites import load_episodes, load_suite
 
 

@@ -15,11 +15,11 @@ import torch
 from eu_audit.bundle.io import Bundle, read_bundle
 from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode
+from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.agent import Agent, AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace.records import SinkPolicy
 from eu_audit.unlearn import unlearn
 

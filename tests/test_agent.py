@@ -8,7 +8,7 @@ from eu_audit.checkpoints import CheckpointPolicy, CheckpointReason
 from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode, Step
 from eu_audit.matching import contains_target
-from eu_audit.runtime.models import LoadedModel
+from eu_audit.models import LoadedModel
 from eu_audit.trace.blocks import BlockType
 
 from .helpers import kv_equal, make_agent, turn_ids

@@ -21,8 +21,8 @@ from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import BadInput
 from eu_audit.gate import evaluate, parse_rule
 from eu_audit.matching import TargetMatcher
+from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace.state import StateBuilder, rebuild_state
 from eu_audit.unlearn import unlearn
 

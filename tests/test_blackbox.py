@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from eu_audit.engines.llamacpp_server import free_port
-from eu_audit.runtime.models import FAST_MODEL
+from eu_audit.models import FAST_MODEL
 
 from .helpers import cli_server, run_cli
 

@@ -15,8 +15,8 @@ import pytest
 from eu_audit.bundle.io import read_bundle, write_bundle
 from eu_audit.bundle.records import SCHEMA_VERSION, json_schema
 from eu_audit.errors import BadInput
+from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import LoadedModel
 
 
 def _record(tiny: LoadedModel, out: Path, seed: int = 0, **kw: object) -> Path:

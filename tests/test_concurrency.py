@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from eu_audit.bundle.io import read_bundle
-from eu_audit.runtime.models import TINY_MODEL, LoadedModel
+from eu_audit.models import TINY_MODEL, LoadedModel
 
 from .helpers import cli_server, run_cli
 

@@ -13,7 +13,7 @@ from eu_audit.audit import AuditOptions, audit
 from eu_audit.blackbox.drive import AgentRecordOptions, Bounds, record_agent
 from eu_audit.bundle.io import read_bundle
 from eu_audit.gate import evaluate
-from eu_audit.runtime.models import TINY_MODEL
+from eu_audit.models import TINY_MODEL
 
 from .helpers import cli_server, run_cli
 

@@ -16,10 +16,10 @@ from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.embed import embedding_distance
 from eu_audit.audits.metrics import ngram_distance, token_agreement, tool_consistency, total_variation
 from eu_audit.audits.output import junit_xml, verdicts
+from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.dispatch import ToolDispatcher
 from eu_audit.runtime.memory import Outbox
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.runtime.tools import load_toolset
 from eu_audit.unlearn import unlearn
 
@@ -117,7 +117,7 @@ def test_audit_loads_the_model_once_at_the_bundles_dtype(
     tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import eu_audit.engines.hf as engine_mod
-    from eu_audit.runtime.models import load_model
+    from eu_audit.models import load_model
 
     src = tmp_path / "trace.jsonl"
     record(RecordOptions(model="tiny-random", out=src, n=1, dtype="bfloat16"))

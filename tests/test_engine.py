@@ -8,7 +8,7 @@ import torch
 from eu_audit.engines import Sampling
 from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import CropUnsupported
-from eu_audit.runtime.models import LoadedModel
+from eu_audit.models import LoadedModel
 
 from .helpers import kv_equal
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from eu_audit.engines import ENGINES, Abilities, Branch, KVEngine, LocalEngine, Sampling, open_engine
-from eu_audit.runtime.models import FAST_MODEL, LoadedModel, load_model
+from eu_audit.models import FAST_MODEL, LoadedModel, load_model
 
 
 class RecomputeEngine(LocalEngine):

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
-from eu_audit.runtime.models import DEFAULT_MODEL, MODELS, resolve_model
+from eu_audit.models import DEFAULT_MODEL, MODELS, resolve_model
 from eu_audit.suites import load_episodes
 
 

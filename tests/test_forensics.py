@@ -17,7 +17,7 @@ from eu_audit.blackbox.drive import AgentRecordOptions, Bounds, record_agent
 from eu_audit.blackbox.forensics import read_files
 from eu_audit.gate import evaluate
 from eu_audit.matching import TargetMatcher
-from eu_audit.runtime.models import TINY_MODEL
+from eu_audit.models import TINY_MODEL
 
 from .helpers import cli_server
 

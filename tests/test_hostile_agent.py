@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from eu_audit.runtime.models import TINY_MODEL
+from eu_audit.models import TINY_MODEL
 from eu_audit.serve.control import default_control_file
 
 from .helpers import cli_server, http_process, run_cli

@@ -20,8 +20,8 @@ from eu_audit.bundle.io import read_bundle
 from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer, interrupt_on_sigterm, parse_line, sweep_stale_temps
+from eu_audit.models import FAST_MODEL, TINY_MODEL, LoadedModel, prepare, resolve_model
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import FAST_MODEL, TINY_MODEL, LoadedModel, prepare, resolve_model
 
 from .helpers import run_cli
 
@@ -386,7 +386,7 @@ def test_a_rewritten_cache_marker_cannot_make_altered_weights_load_under_the_pin
     digest the registry pins in code, finds it altered and joins it again; models --verify names the pin."""
     import json
 
-    from eu_audit.runtime.model_cache import MARKER, sha256_of
+    from eu_audit.models.cache import MARKER, sha256_of
 
     monkeypatch.setenv("EU_AUDIT_CACHE", str(tmp_path))
     spec = resolve_model(FAST_MODEL)

@@ -16,8 +16,8 @@ from eu_audit.engines import Branch, Sampling
 from eu_audit.engines.llamacpp import LlamaCppEngine, micro_batch_for
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
+from eu_audit.models import DEFAULT_MODEL, FAST_MODEL, load_gguf_model
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import DEFAULT_MODEL, FAST_MODEL, load_gguf_model
 from eu_audit.suites import load_suite
 from eu_audit.unlearn import unlearn
 

@@ -16,9 +16,9 @@ from eu_audit.engines.hf import HFEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.methods import all_methods
+from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.memory import Outbox
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.trace.state import StateBuilder, rebuild_state, segments
 from eu_audit.unlearn import parse_methods, unlearn
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from eu_audit.errors import BadInput
+from eu_audit.models import TINY_MODEL
 from eu_audit.pack.case import load_case, load_cases
-from eu_audit.runtime.models import TINY_MODEL
 
 from .helpers import run_cli
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eu_audit.runtime.models import FAST_MODEL
+from eu_audit.models import FAST_MODEL
 
 from .helpers import cli_server, http_process, run_cli
 
@@ -129,7 +129,7 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
     """Each reference agent sends a tenant's model calls (and mem0's embeddings) to the lane it was
     started with: driven two tenants at a time, every call is attributed (a stray call fails the run).
     Each restarts a tenant from what it persisted, and the rechecks after the forget run on it."""
-    from eu_audit.runtime.models import TINY_MODEL
+    from eu_audit.models import TINY_MODEL
 
     folder = tmp_path_factory.mktemp("serve-tiny")
     control = folder / "serve.control"

@@ -29,7 +29,7 @@ from eu_audit.blackbox.adapter import Bounds
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
 from eu_audit.engines.llamacpp_server import free_port
 from eu_audit.http import TimedOut, request_json
-from eu_audit.runtime.models import TINY_MODEL
+from eu_audit.models import TINY_MODEL
 
 from . import scripted_agents
 from .helpers import cli_server, run_cli

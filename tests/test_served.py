@@ -17,8 +17,8 @@ from eu_audit.audits.serving import measure
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines.llamacpp_server import running
 from eu_audit.engines.served import OpenAIEngine, Server
+from eu_audit.models import FAST_MODEL, load_model
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import FAST_MODEL, load_model
 from eu_audit.suites import load_suite
 from eu_audit.unlearn import unlearn
 

@@ -13,8 +13,8 @@ from eu_audit.datasets.agentdojo import env as ad
 from eu_audit.datasets.agentdojo.utility import injection_security, task_utility
 from eu_audit.episodes import Episode, Phase, StepKind
 from eu_audit.errors import BadInput
+from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.suites import SHIPPED, load_episodes, load_suite
 from eu_audit.suites.build import build_suite, episode_line
 from eu_audit.suites.checks import scripted_observations, target_positions

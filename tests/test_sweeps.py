@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from eu_audit.errors import BadInput
+from eu_audit.models import LoadedModel
 from eu_audit.report import regenerate, write_report
-from eu_audit.runtime.models import LoadedModel
 from eu_audit.sweeps import SweepOptions, fit_line, load_rows, run_sweep
 
 

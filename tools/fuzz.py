@@ -403,8 +403,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from eu_audit.engines import open_engine
+    from eu_audit.models import TINY_MODEL, load_model
     from eu_audit.record import RecordOptions, record
-    from eu_audit.runtime.models import TINY_MODEL, load_model
     from eu_audit.suites import data_dir
 
     loaded = load_model(TINY_MODEL)

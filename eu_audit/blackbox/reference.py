@@ -47,11 +47,11 @@ from eu_audit.engines.served import OpenAIEngine, Server
 from eu_audit.episodes import Episode, Phase, Step, StepKind, Target
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
+from eu_audit.models import FAST_MODEL
 from eu_audit.replay import recorded_fixed_turns, replay_suffix
 from eu_audit.runtime.agent import Agent, AgentSettings, ReplayInputs
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
-from eu_audit.runtime.models import FAST_MODEL
 from eu_audit.runtime.tools import ToolSpec as RuntimeTool
 from eu_audit.trace.session import SessionTrace
 

@@ -11,7 +11,7 @@ from eu_audit.cli.app import (
     err,
     say,
 )
-from eu_audit.runtime.models import FAST_MODEL
+from eu_audit.models import FAST_MODEL
 
 
 @app.command("agent")

@@ -31,8 +31,8 @@ def models(
     """List the models eu-audit knows, whether their files are installed, which engine `auto` picks, and
     whether their local cache is there and verifies."""
     from eu_audit.engines import resolve_engine
-    from eu_audit.runtime.model_cache import verify as verify_folder
-    from eu_audit.runtime.models import MODELS, cache_folders, pins_for
+    from eu_audit.models import MODELS, cache_folders, pins_for
+    from eu_audit.models.cache import verify as verify_folder
 
     table = Table(title="models")
     for col in ("name", "role", "engine (auto)", "installed", "cache", "description"):

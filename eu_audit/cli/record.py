@@ -21,7 +21,7 @@ from eu_audit.cli.app import (
 )
 from eu_audit.defaults import SAMPLES_K
 from eu_audit.errors import BadInput
-from eu_audit.runtime.models import DEFAULT_MODEL
+from eu_audit.models import DEFAULT_MODEL
 from eu_audit.shards import Shard
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from eu_audit.cli.app import (
     err,
     say,
 )
-from eu_audit.runtime.models import DEFAULT_MODEL
+from eu_audit.models import DEFAULT_MODEL
 from eu_audit.serve.api import UNASKED_CHAT_TOKENS, UNASKED_COMPLETION_TOKENS
 
 ServeLaneCaches = Annotated[

@@ -19,7 +19,7 @@ from eu_audit.cli.app import (
     suites_app,
 )
 from eu_audit.errors import BadInput
-from eu_audit.runtime.models import DEFAULT_MODEL
+from eu_audit.models import DEFAULT_MODEL
 
 
 @suites_app.command("list")

@@ -15,7 +15,7 @@ from eu_audit.cli.app import (
     progress_bar,
 )
 from eu_audit.cli.record import mean_text
-from eu_audit.runtime.models import FAST_MODEL
+from eu_audit.models import FAST_MODEL
 
 
 @app.command()

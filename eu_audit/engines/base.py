@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from eu_audit.models import LoadedModel
 from eu_audit.registry import Registry
-from eu_audit.runtime.models import LoadedModel
 
 if TYPE_CHECKING:
     from eu_audit.engines.constraint import Constraint
@@ -215,7 +215,7 @@ def resolve_engine(name: str, model: str) -> str:
         return name
     import importlib.util
 
-    from eu_audit.runtime.models import has_gguf, resolve_model
+    from eu_audit.models import has_gguf, resolve_model
 
     if has_gguf(resolve_model(model)) and importlib.util.find_spec("ik_llama_cpp") is not None:
         return "llamacpp"

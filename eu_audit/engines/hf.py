@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from eu_audit.engines.base import ENGINES, Abilities
 from eu_audit.engines.schedule import LocalEngine
 from eu_audit.errors import CropUnsupported, RunFailed
-from eu_audit.runtime.models import LoadedModel, load_model
+from eu_audit.models import LoadedModel, load_model
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made: listing engines or abilities never loads it
     import torch

@@ -35,7 +35,7 @@ import numpy as np
 from eu_audit.engines.base import ENGINES, Abilities, Branch
 from eu_audit.engines.schedule import LocalEngine, generator, pick
 from eu_audit.errors import BadInput, CropUnsupported, RunFailed
-from eu_audit.runtime.models import LoadedModel, load_gguf_model
+from eu_audit.models import LoadedModel, load_gguf_model
 
 WHEEL = "ik-llama-cpp-python"
 DEFAULT_CTX = 8192

@@ -136,7 +136,7 @@ def running(
 
 
 def run_llamacpp_server(argv: list[str] | None = None) -> int:
-    from eu_audit.runtime.models import gguf_path, resolve_model
+    from eu_audit.models import gguf_path, resolve_model
 
     ap = argparse.ArgumentParser(prog="python -m eu_audit.engines.llamacpp_server", description=__doc__)
     ap.add_argument("--model", default="smollm2-135m", help="a registered model or a .gguf file")

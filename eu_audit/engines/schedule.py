@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eu_audit.engines.base import Abilities, Branch, Sampling, TokenAccount
 from eu_audit.errors import BadInput, RunFailed
-from eu_audit.runtime.models import LoadedModel
+from eu_audit.models import LoadedModel
 
 if TYPE_CHECKING:  # torch loads with the first pick: a command refused on its input never pays for it
     import torch

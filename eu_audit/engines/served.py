@@ -31,7 +31,7 @@ from eu_audit.engines.base import ENGINES, Abilities, Sampling, TokenAccount
 from eu_audit.engines.schedule import Schedule
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, request_json
-from eu_audit.runtime.models import LoadedModel, load_model
+from eu_audit.models import LoadedModel, load_model
 
 if TYPE_CHECKING:
     from eu_audit.engines.constraint import Constraint

@@ -39,10 +39,10 @@ from eu_audit.engines import AUTO, ENGINES, KVEngine, open_engine
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer
 from eu_audit.methods import METHODS
+from eu_audit.models import FAST_MODEL, LoadedModel
 from eu_audit.progress import Progress
 from eu_audit.record import RecordOptions, record
 from eu_audit.registry import Registry
-from eu_audit.runtime.models import FAST_MODEL, LoadedModel
 from eu_audit.suites.build import build_suite, write_suite
 from eu_audit.suites.compose import Knobs
 from eu_audit.unlearn import check_engine, unlearn

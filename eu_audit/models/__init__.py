@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eu_audit.errors import BadInput, RunFailed
+from eu_audit.models.cache import MARKER, Pins, source_digest, verify, verify_for_load, write_marker
 from eu_audit.registry import Registry
-from eu_audit.runtime.model_cache import MARKER, Pins, source_digest, verify, verify_for_load, write_marker
 
 CACHE_ENV = "EU_AUDIT_CACHE"
 
