@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eu_audit.errors import BadInput
-from eu_audit.provenance import ArtifactGraph
 from eu_audit.trace.blocks import BlockType, RuntimeBlock
+from eu_audit.trace.provenance import ArtifactGraph
 
 SOURCE = "src-z"
 

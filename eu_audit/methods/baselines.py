@@ -13,7 +13,7 @@ from eu_audit.methods.base import (
     post_trace,
     usable_matcher,
 )
-from eu_audit.provenance import ArtifactGraph
+from eu_audit.trace.provenance import ArtifactGraph
 from eu_audit.trace.records import MemoryEntry
 
 REDACTED = "[REDACTED]"

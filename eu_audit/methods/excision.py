@@ -8,7 +8,7 @@ from typing import Any
 
 from eu_audit.matching import TargetMatcher
 from eu_audit.methods.base import ForgetContext, MethodResult, method, post_trace, usable_matcher
-from eu_audit.provenance import ArtifactGraph
+from eu_audit.trace.provenance import ArtifactGraph
 
 
 def token_ranges(tokenizer: Any, ids: list[int], matcher: TargetMatcher) -> list[tuple[int, int]]:

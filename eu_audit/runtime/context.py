@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from eu_audit.engines import KVEngine
-from eu_audit.provenance import ArtifactGraph
 from eu_audit.trace.blocks import BlockType, RuntimeBlock
+from eu_audit.trace.provenance import ArtifactGraph
 
 
 class Context:

@@ -1,5 +1,6 @@
-"""The domain state of a recording: blocks (``blocks``), records (``records``), sessions and bundles
-(``session``), and rebuilding a state in an engine (``state``).
+"""The domain state of a recording: blocks (``blocks``), the provenance graph over them (``provenance``:
+the paper's ArtifactGraph, LocateSource, FirstEntry, TaintClosure), records (``records``), sessions and
+bundles (``session``), and rebuilding a state in an engine (``state``).
 
 ``eu_audit.bundle`` is only the file format (read and write); everything that reasons about a session
 works on the objects here. This package imports nothing itself, so importing ``eu_audit.trace.blocks``

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 from eu_audit.checkpoints import Checkpoint
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
-from eu_audit.provenance import ArtifactGraph
 from eu_audit.trace.blocks import RuntimeBlock
+from eu_audit.trace.provenance import ArtifactGraph
 from eu_audit.trace.records import (
     AgentForgetRecord,
     BlockRecord,
