@@ -32,6 +32,8 @@ from eu_audit.audits.model import FLOOR, SERVING, AuditReport, ProbeOutcome, Sta
 from eu_audit.audits.options import AuditOptions  # re-exported: the library's documented name
 from eu_audit.audits.probes import Ask, Probe, ProbeRunner, load_probes, task_request
 from eu_audit.audits.scoring import StateEvidence, score
+from eu_audit.audits.sensitivity import CONTROL
+from eu_audit.audits.summary import summarise
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import KVEngine, Sampling
 from eu_audit.errors import BadInput, EuAuditError
@@ -39,8 +41,6 @@ from eu_audit.models import LoadedModel
 from eu_audit.progress import Progress
 from eu_audit.runtime.agent import derive_seed
 from eu_audit.runtime.memory import memory_text
-from eu_audit.sensitivity import CONTROL
-from eu_audit.summary import summarise
 from eu_audit.trace.session import Bundle, SessionTrace
 from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
@@ -62,7 +62,7 @@ class AuditPlan:
 
 def with_floor_and_control(names: list[str], floor: bool) -> list[str]:
     """The methods an audit runs: the ones asked for, and with the floor, B5 (the reference every rule
-    compares with) and B0 (the positive control every rule on z needs: ``eu_audit.sensitivity``)."""
+    compares with) and B0 (the positive control every rule on z needs: ``eu_audit.audits.sensitivity``)."""
     return [*names, *(m for m in (CONTROL, FLOOR) if floor and m not in names)]
 
 

@@ -103,7 +103,9 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
         "a data set's security check (did the injection's goal happen)",
         "`audit`",
     ),
-    ExtensionPoint("eu_audit.gate:GATE_SETS", "a `GateSet`: a named list of rules", "`audit --gate-set`"),
+    ExtensionPoint(
+        "eu_audit.audits.gate:GATE_SETS", "a `GateSet`: a named list of rules", "`audit --gate-set`"
+    ),
     ExtensionPoint(
         "eu_audit.blackbox.adapter:ADAPTERS",
         "an adapter: a URL in, an `AgentUnderTest` out (a stack eu-audit drives)",

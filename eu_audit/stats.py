@@ -5,7 +5,7 @@ Every comparison is paired: the same sessions under a method and under the B5 re
 - continuous outcomes (CAD, avoid rate, utility): Wilcoxon signed-rank;
 - equivalence within a margin the user gives (the paper leaves it as future work): TOST on the paired
   differences. A small p says "equivalent within +-margin"; with no variance there is no TOST.
-Gate verdicts (held / failed / inconclusive) are decided in ``eu_audit.verdict``.
+Gate verdicts (held / failed / inconclusive) are decided in ``eu_audit.audits.verdict``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def wilcoxon_paired(method: Sequence[float], reference: Sequence[float]) -> floa
 def tost_paired(method: Sequence[float], reference: Sequence[float], margin: float) -> float | None:
     """p of the paired TOST for |mean difference| < margin; None where the test cannot be computed (fewer
     than two sessions, or the same difference in every session). Equal in all n sessions is not a p of 0:
-    it is "equal in all n sessions", and what that shows depends on n (``eu_audit.verdict`` bounds it)."""
+    it is "equal in all n sessions", and what that shows depends on n (``eu_audit.audits.verdict`` bounds
+    it)."""
     from statsmodels.stats.weightstats import ttost_paired
 
     diffs = [a - b for a, b in zip(method, reference, strict=True)]

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.gate import evaluate, parse_rule
 from eu_audit.audits.leakage import artifact_leak, sink_class
 from eu_audit.audits.metrics import cad, picked, token_agreement, total_variation
 from eu_audit.audits.model import AuditReport
@@ -19,7 +20,6 @@ from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import Sampling
 from eu_audit.engines.hf import HFEngine
 from eu_audit.errors import BadInput
-from eu_audit.gate import evaluate, parse_rule
 from eu_audit.matching import TargetMatcher
 from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record

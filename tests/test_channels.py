@@ -10,6 +10,7 @@ import pytest
 
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.channels import channels
+from eu_audit.audits.gate import evaluate
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.model import FLOOR, AuditReport
 from eu_audit.audits.output import channel_lines, channel_table
@@ -17,7 +18,6 @@ from eu_audit.blackbox.contract import StoreDump
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
 from eu_audit.blackbox.residue import store_residue
 from eu_audit.bundle.io import read_bundle
-from eu_audit.gate import evaluate
 from eu_audit.matching import TargetMatcher
 from eu_audit.trace.records import ToolCallRecord
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.gate import evaluate
 from eu_audit.blackbox.drive import AgentRecordOptions, Bounds, record_agent
 from eu_audit.bundle.io import read_bundle
-from eu_audit.gate import evaluate
 from eu_audit.models import TINY_MODEL
 
 from .helpers import cli_server, run_cli

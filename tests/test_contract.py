@@ -73,7 +73,7 @@ def test_without_a_floor_no_method_is_called_forgotten_and_every_junit_case_fail
     cases = list(ET.fromstring(junit_xml(rep)).iter("testcase"))
     assert cases and all(c.find("failure") is not None for c in cases)
     assert all("floor" in (c.find("failure").get("message") or "") for c in cases)  # type: ignore[union-attr]
-    from eu_audit.gate import evaluate
+    from eu_audit.audits.gate import evaluate
 
     held = evaluate(rep, ["b0.leak_any<=floor"])
     assert not held[0].held and "without the floor" in held[0].detail

@@ -106,10 +106,10 @@ def test_a_package_plugs_in_through_the_one_entry_point_group(
 ) -> None:
     import sys
 
-    from eu_audit.gate import GATE_SETS
+    from eu_audit.audits.gate import GATE_SETS
 
     plugin = (
-        "from eu_audit.gate import GATE_SETS, GateSet\n"
+        "from eu_audit.audits.gate import GATE_SETS, GateSet\n"
         "GATE_SETS.add('my-set', GateSet(('agent.residue_store==0',)))\n"
     )
     _installed_plugin(tmp_path, monkeypatch, "my_plugin", {"my_plugin.py": plugin})

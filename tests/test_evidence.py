@@ -115,7 +115,7 @@ def test_a_signed_receipt_verifies_and_refuses_a_changed_byte_or_another_bundle(
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from eu_audit.evidence import sign
+    from eu_audit.audits.evidence import sign
 
     attacker = tmp_path / "attacker.pem"
     attacker.write_bytes(
@@ -164,8 +164,8 @@ def test_a_signed_receipt_verifies_and_refuses_a_changed_byte_or_another_bundle(
 def test_a_receipt_whose_verdict_does_not_follow_from_its_rows_does_not_verify(
     bundle: Path, keys: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    from eu_audit.audits.evidence import sha256_file, sign, statement
     from eu_audit.audits.model import AuditReport
-    from eu_audit.evidence import sha256_file, sign, statement
 
     priv, pub = keys
     js = tmp_path / "audit.json"
@@ -231,7 +231,7 @@ def test_unlearn_writes_a_signed_receipt_per_session_that_holds_no_target(
 ) -> None:
     from securesystemslib.dsse import Envelope
 
-    from eu_audit.evidence import load_public_key
+    from eu_audit.audits.evidence import load_public_key
 
     priv, pub = keys
     folder = tmp_path / "receipts"

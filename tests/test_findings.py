@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from eu_audit.audits.findings import PAPER, Finding, judge
 from eu_audit.audits.model import AuditReport, read_report
-from eu_audit.findings import PAPER, Finding, judge
-from eu_audit.report import regenerate, write_report
+from eu_audit.view.report import regenerate, write_report
 
 SLICES = Path(__file__).parent.parent / "reports" / "audit-qwen2.5" / "rows" / "audits" / "slices"
 SLICE = SLICES / "audit-slice-1.json"
@@ -68,8 +68,8 @@ def test_a_leak_not_yet_significant_is_never_summarised_as_no_string_leak() -> N
     0.15: not shown worse on average at n = 8 by a test free of assumptions about the distribution, where
     Wilcoxon's p = 1/32 assumed it symmetric). The summary never says "no string leak" for it; samples
     unlike B5's put it with the methods that act unlike B5, as CAD does for B4."""
+    from eu_audit.audits.gate import evaluate
     from eu_audit.audits.output import summary_lines, verdicts
-    from eu_audit.gate import evaluate
 
     rep = read_report(SLICE)
     got = {g.rule: g.outcome for g in evaluate(rep, ["b0.leak_any<=floor", "b0.cad<=floor"])}
@@ -127,8 +127,8 @@ def test_a_metric_a_user_adds_puts_a_failing_method_in_the_summary_group_it_decl
 def test_b1_leaks_like_b0_is_tested_against_b0_as_the_paper_states_it() -> None:
     """The finding compares B1 with B0 paired by session, equal within the margin both ways; a rule may
     name another audited method as its reference, with <= or >= only."""
+    from eu_audit.audits.gate import check_rules, evaluate, parse_rule
     from eu_audit.errors import BadInput
-    from eu_audit.gate import check_rules, evaluate, parse_rule
 
     rep = read_report(Path(__file__).parents[1] / "reports/audit-smollm2/rows/audits/smol10.audit.json")
     b1 = next(j for j in judge(rep) if j.finding.method == "b1" and "like B0" in j.finding.claim)

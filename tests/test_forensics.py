@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.gate import evaluate
 from eu_audit.blackbox.drive import AgentRecordOptions, Bounds, record_agent
 from eu_audit.blackbox.forensics import read_files
-from eu_audit.gate import evaluate
 from eu_audit.matching import TargetMatcher
 from eu_audit.models import TINY_MODEL
 

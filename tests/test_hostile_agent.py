@@ -39,9 +39,9 @@ def _gate(serve: str, route: str, concurrency: int, tmp_path: Path, cli: bool) -
     JSON). ``cli``: through the commands a CI job runs (their exit codes, JSON and JUnit); else the same
     through the library, seconds faster."""
     from eu_audit.audit import AuditOptions, audit
+    from eu_audit.audits.gate import evaluate, exit_code, expand_gate_sets
     from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
     from eu_audit.errors import RunFailed
-    from eu_audit.gate import evaluate, exit_code, expand_gate_sets
 
     control = default_control_file(int(serve.rsplit(":", 1)[1]))
     argv = [sys.executable, "-m", "tests.hostile_agent", "--route", route, "--serve", serve]

@@ -12,6 +12,7 @@ import pytest
 
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.channels import channels
+from eu_audit.audits.gate import evaluate
 from eu_audit.audits.model import AuditReport
 from eu_audit.audits.output import residue_lines
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
@@ -19,7 +20,6 @@ from eu_audit.blackbox.recheck import parse_rechecks
 from eu_audit.blackbox.residue import context_residue
 from eu_audit.bundle.io import read_bundle
 from eu_audit.errors import BadInput
-from eu_audit.gate import evaluate
 from eu_audit.trace.records import ResidueRecord
 
 from .helpers import run_cli

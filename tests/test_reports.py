@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eu_audit.report import regenerate
+from eu_audit.view.report import regenerate
 
 REPORTS = Path(__file__).parent.parent / "reports"
 WITH_ROWS = sorted(p.parent.parent for p in REPORTS.glob("**/rows/report.json"))
@@ -38,7 +38,7 @@ def test_a_report_from_audits_made_at_different_commits_needs_allow_mixed_and_sa
     import json
 
     from eu_audit.errors import BadInput
-    from eu_audit.report import write_report
+    from eu_audit.view.report import write_report
 
     shards = REPORTS / "agents" / "letta-n10" / "rows" / "audits" / "shards"
     audits = []

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from eu_audit.audits.evidence import result_of
+from eu_audit.audits.gate import evaluate, exit_code
 from eu_audit.audits.model import AuditReport, read_report
-from eu_audit.evidence import result_of
-from eu_audit.gate import evaluate, exit_code
 
 from .helpers import run_cli
 

@@ -378,7 +378,7 @@ def test_an_agent_that_forges_marks_still_has_its_post_forget_prompts_counted(
     tried = {s.session.method: s.residues[0].tamper for s in bundle.sessions}
     assert all(t.get("control_refused", 0) >= 4 for t in tried.values()), tried
     from eu_audit.audit import AuditOptions, audit
-    from eu_audit.gate import evaluate
+    from eu_audit.audits.gate import evaluate
 
     report = audit(tmp_path / "bb.jsonl", AuditOptions())
     assert {t.tenant for t in report.tampering} == {"agent", "b5", "b0"}

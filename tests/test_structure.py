@@ -37,6 +37,20 @@ def test_the_shape_gets_no_worse_modules_type_only_cycles_and_names_defined_twic
     assert not structure.repeated_names(root)
 
 
+def test_the_folders_form_layers_with_no_loop_between_them() -> None:
+    """No two folders import each other, even through others, type-only imports counted: the data sets sit
+    above the registries they fill, the models below the engines, the provenance graph inside the trace,
+    and everything that measures and decides an audit in ``eu_audit.audits``, below its orchestrators."""
+    graph = structure.import_graph(ROOT / "eu_audit", type_only=True)
+    assert structure.cycles(structure.folder_graph(graph)) == []
+    # the check is live: folders do import each other, in one direction
+    folders = structure.folder_graph(graph)
+    assert (
+        "eu_audit.audits" in folders["eu_audit.blackbox"]
+        and "eu_audit.engines" in folders["eu_audit.runtime"]
+    )
+
+
 def test_built_ins_load_through_their_registries_by_name() -> None:
     """A fresh interpreter that imports only the registries finds every built-in: no module has to be
     imported by hand (a new builder registers by being listed once, next to its registry)."""

@@ -8,8 +8,8 @@ import pytest
 
 from eu_audit.errors import BadInput
 from eu_audit.models import LoadedModel
-from eu_audit.report import regenerate, write_report
 from eu_audit.sweeps import SweepOptions, fit_line, load_rows, run_sweep
+from eu_audit.view.report import regenerate, write_report
 
 
 def test_fit_recovers_an_exact_line_and_reports_a_flat_one_as_flat() -> None:

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.gate import evaluate, exit_code
 from eu_audit.audits.metric import METRICS, Kind
 from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.audits.output import junit_xml, summary_lines
+from eu_audit.audits.verdict import clopper_pearson_upper, n_for_share, t_upper, upper_bound, worse_p
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
 from eu_audit.errors import BadInput
-from eu_audit.gate import evaluate, exit_code
-from eu_audit.verdict import clopper_pearson_upper, n_for_share, t_upper, upper_bound, worse_p
 
 from .helpers import run_cli
 
@@ -92,7 +92,7 @@ def test_with_no_rule_named_a_residue_the_agent_holds_and_its_reference_does_not
     """The default rules compare residue with the floor (``residue_store<=floor``), and a residue is an
     observation: z in the agent's store where its reference tenant's has none fails at n = 1, and the
     summary says the agent still holds the target instead of "not shown at this n"."""
-    from eu_audit.gate import default_rules
+    from eu_audit.audits.gate import default_rules
 
     out = tmp_path / "naive-1.jsonl"
     record_agent(AgentRecordOptions(agent="tests.scripted_agents:naive", suite="builtin", n=1, out=out))
@@ -150,7 +150,7 @@ def test_the_cli_exits_4_on_an_inconclusive_gate_and_power_sizes_the_job(tmp_pat
 def test_the_forget_rule_set_holds_every_method_to_the_leak_rules_and_a_black_box_agent_to_its_residue() -> (
     None
 ):
-    from eu_audit.gate import expand_gate_sets
+    from eu_audit.audits.gate import expand_gate_sets
 
     black = expand_gate_sets(["forget"], ["agent", "b5"], "black")
     assert black == [
@@ -164,7 +164,7 @@ def test_the_forget_rule_set_holds_every_method_to_the_leak_rules_and_a_black_bo
     white = expand_gate_sets(["forget"], ["b1", "b7", "b5"], "white")
     assert [r for r in white if r.startswith("b7.")] == [r.replace("agent.", "b7.") for r in black[:4]]
     assert len(white) == 8  # no residue fact on a rebuilt state: no serve log, no store dump to read
-    from eu_audit.gate import describe_gate_sets
+    from eu_audit.audits.gate import describe_gate_sets
 
     told = describe_gate_sets()  # --help's words are drawn from the set, never restated
     assert "'forget' (" in told and all(r.split(".", 1)[1] in told for r in black)
@@ -225,7 +225,7 @@ def test_a_rate_not_worse_on_average_is_failed_in_at_most_alpha_of_runs() -> Non
 def test_the_betting_test_is_markovs_inequality_on_the_averaged_wealth() -> None:
     """Every session worse by 0.5: half the stake all in grows by 1.5 per session, half at half by 1.25;
     p = 1 / wealth, which first passes 1 / alpha = 20 at n = 9."""
-    from eu_audit.verdict import n_to_fail
+    from eu_audit.audits.verdict import n_to_fail
 
     def wealth(n: int) -> float:
         return (1.5**n + 1.25**n) / 2
@@ -245,7 +245,7 @@ def test_a_rule_at_exactly_the_margin_is_held_in_at_most_alpha_of_runs() -> None
     exact, and a rate in [0, 1] Hoeffding's bound, valid for any distribution there."""
     from scipy.stats import binom
 
-    from eu_audit.verdict import weigh
+    from eu_audit.audits.verdict import weigh
 
     def p_held(n: int, kind: Kind) -> float:
         held = (weigh([1.0] * k + [0.0] * (n - k), kind, 0.05, 0.1).outcome == "held" for k in range(n + 1))
@@ -256,7 +256,7 @@ def test_a_rule_at_exactly_the_margin_is_held_in_at_most_alpha_of_runs() -> None
 
 
 def test_hoeffdings_bound_solves_its_own_equation_and_is_clopper_pearson_at_zero() -> None:
-    from eu_audit.verdict import kl_upper
+    from eu_audit.audits.verdict import kl_upper
 
     for n in (2, 29, 100):
         assert kl_upper(0.0, n, 0.05) == pytest.approx(clopper_pearson_upper(0, n, 0.05))
@@ -267,7 +267,7 @@ def test_hoeffdings_bound_solves_its_own_equation_and_is_clopper_pearson_at_zero
 
 def test_the_n_that_would_hold_is_where_the_verdicts_own_bound_first_falls_within_the_margin() -> None:
     """One bound per kind of metric, read by the verdict and by its "n that would decide" alike."""
-    from eu_audit.verdict import TESTS, n_to_hold
+    from eu_audit.audits.verdict import TESTS, n_to_hold
 
     binary = [0.0] * 9 + [1.0]
     assert n_to_hold(binary, "binary", 0.05, 0.1) is None  # worse in 1 of 10 is not within 0.1 at any n
@@ -296,7 +296,7 @@ def test_equal_at_n_1_is_never_a_hold() -> None:
 def test_the_n_that_would_decide_does_not_depend_on_the_order_the_sessions_ran_in() -> None:
     """4 of 10 sessions worse: at the observed share the 12th session is the 5th worse one (p = 1/32);
     repeating the sessions in the order they ran gave 11 or 17 depending on which ones leaked."""
-    from eu_audit.verdict import at_shares, n_to_fail
+    from eu_audit.audits.verdict import at_shares, n_to_fail
 
     orders = ([1.0, 0, 0, 0, 1, 1, 0, 1, 0, 0], [0.0] * 6 + [1.0] * 4, [1.0] * 4 + [0.0] * 6)
     assert {n_to_fail(ds, "binary", 0.05) for ds in orders} == {12}
@@ -309,7 +309,7 @@ def test_a_fresh_run_at_the_observed_rate_n_decides_about_half_the_time_and_powe
     fails once 5 sessions are worse (0.5^5 < 0.05), so a fresh run of n decides with P(Bin(n, 0.4) >= 5)."""
     from scipy.stats import binom
 
-    from eu_audit.power import chance_to_decide, plan_share
+    from eu_audit.audits.power import chance_to_decide, plan_share
 
     def chance(m: int) -> float:
         return chance_to_decide([0.0, 1.0], [0.6, 0.4], m, kind="binary", alpha=0.05, margin=0.1)
@@ -326,8 +326,8 @@ def test_with_three_kinds_of_session_the_plan_draws_seeded_runs_close_to_the_exa
 
     from scipy.stats import multinomial
 
-    from eu_audit.power import chance_to_decide
-    from eu_audit.verdict import weigh
+    from eu_audit.audits.power import chance_to_decide
+    from eu_audit.audits.verdict import weigh
 
     values, shares, m = [-1.0, 0.0, 1.0], [0.1, 0.5, 0.4], 12
     exact = sum(
@@ -364,7 +364,8 @@ def _view(rep: AuditReport) -> list[tuple[str, str, dict[str, float | None]]]:
 
 
 def test_merged_shards_give_the_rows_and_p_values_of_one_run(tmp_path: Path) -> None:
-    from eu_audit.shards import merge_bundles, merge_reports
+    from eu_audit.audits.merge import merge_reports
+    from eu_audit.shards import merge_bundles
 
     whole = audit(_record(tmp_path, "whole.jsonl", 6), AuditOptions())
     parts = [_record(tmp_path, f"part{i}.jsonl", 6, f"{i}/3") for i in (1, 2, 3)]
@@ -397,8 +398,8 @@ def test_merged_shards_give_the_rows_and_p_values_of_one_run(tmp_path: Path) -> 
 def test_a_report_from_a_folder_of_shard_audits_is_the_report_of_their_merge_and_keeps_only_the_shards(
     tmp_path: Path,
 ) -> None:
-    from eu_audit.report import regenerate, write_report
-    from eu_audit.shards import merge_reports
+    from eu_audit.audits.merge import merge_reports
+    from eu_audit.view.report import regenerate, write_report
 
     folder = tmp_path / "slices"
     folder.mkdir()
@@ -453,7 +454,7 @@ def test_shards_that_overlap_or_come_from_another_run_are_refused_before_anythin
 
 
 def test_power_sizes_an_insensitive_rule_from_its_control_and_never_promises_a_hold() -> None:
-    from eu_audit.power import n_for_control
+    from eu_audit.audits.power import n_for_control
 
     # 0 of 30: the control's rate is below 1 - 0.05 ** (1/30) = 0.095; seeing z once at 80% needs 16.1, so 17
     assert n_for_control(0, 30, alpha=0.05, chance=0.8) == 17

@@ -11,7 +11,7 @@ from typing import Any
 
 from eu_audit import __version__
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult
-from eu_audit.sensitivity import CONTROL
+from eu_audit.audits.sensitivity import CONTROL
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -34,7 +34,7 @@ def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:
     """The channel a rule reads and one place where z was found there (quoted, masked as the audit is),
     or why there is none; ("", "") for a rule with no channel (cost, utility, a white-box metric)."""
     from eu_audit.audits.channels import channels
-    from eu_audit.gate import PSEUDO_RULES, parse_rule
+    from eu_audit.audits.gate import PSEUDO_RULES, parse_rule
 
     if g.rule in PSEUDO_RULES or rep.side != "black":
         return "", ""
@@ -58,7 +58,7 @@ def sarif(rep: AuditReport, artifact: str) -> dict[str, Any]:
     """A SARIF 2.1.0 log: one result per rule that failed, was inconclusive or insensitive; ``artifact``
     is the file each result points at (the audited bundle, or the agent's source), relative to the
     repository root the CI checks out."""
-    from eu_audit.gate import gate_results
+    from eu_audit.audits.gate import gate_results
 
     gates = gate_results(rep)
     rules = [
@@ -117,8 +117,8 @@ def sarif(rep: AuditReport, artifact: str) -> dict[str, Any]:
 def summary_markdown(rep: AuditReport) -> str:
     """A job summary a reader takes in at a glance: one word, one row per rule (outcome, n, what would
     decide it), the channels where z stayed with one quoted place, and where the details are."""
+    from eu_audit.audits.gate import gate_results, overall
     from eu_audit.audits.output import channel_lines, tamper_lines
-    from eu_audit.gate import gate_results, overall
 
     gates = gate_results(rep)
     word = overall([g.outcome for g in gates])

@@ -52,7 +52,7 @@ class Metric:
     shows: Shows | None = None
     #: a hold on it needs a positive control: the state without the forget (B0) must have shown what it
     #: measures (z said, done, kept; an action or answer unlike the reference) in some session, or the
-    #: measurement could not tell a forget from none (``eu_audit.verdict``: *insensitive*). Cost,
+    #: measurement could not tell a forget from none (``eu_audit.audits.verdict``: *insensitive*). Cost,
     #: utility and serving-cache metrics measure no z and need none
     control: bool = False
     #: a report column and a channel row only where some state of the audit measured it (or said why it

@@ -57,7 +57,7 @@ class StateAudit(BaseModel):
     #: seconds this state's audit took (kept across a resume, so a resumed report still costs it)
     audit_s: float | None = None
     #: sha256 of the state itself (the cache's token ids and the memory store): equal digests are the
-    #: same state, which on an exact engine decides a floor rule by equality (``eu_audit.verdict``)
+    #: same state, which on an exact engine decides a floor rule by equality (``eu_audit.audits.verdict``)
     state_digest: str | None = None
     #: a black-box agent's forget: did the dump right after it differ from the one right before (False: a
     #: no-op; None: no dump, or not its own forget)
@@ -84,7 +84,8 @@ Outcome = Literal["held", "failed", "inconclusive", "insensitive"]
 
 
 class GateResult(BaseModel):
-    """One rule's verdict (``eu_audit.verdict``): what the summary, JSON, JUnit and exit code all read."""
+    """One rule's verdict (``eu_audit.audits.verdict``): what the summary, JSON, JUnit and exit code all
+    read."""
 
     rule: str
     outcome: Outcome

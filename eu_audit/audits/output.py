@@ -14,8 +14,8 @@ from rich.text import Text
 
 from eu_audit.audits.metric import METRICS, TABLE_TITLES, Metric, Shows, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
+from eu_audit.audits.sensitivity import CONTROL
 from eu_audit.errors import BadInput
-from eu_audit.sensitivity import CONTROL
 from eu_audit.stats import stars
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def verdicts(report: AuditReport) -> dict[str, str]:
     (``gate.default_rules``): "forgets" only when every rule held with evidence, "only stops saying" only
     when its string-leak rules held (a leak not yet significant is not "no leak"). Without a floor nothing
     is compared: "not measured (no floor)"."""
-    from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate, parse_rule
+    from eu_audit.audits.gate import PSEUDO_RULES, default_rules, evaluate, parse_rule
 
     out = {}
     for method in report.methods:
@@ -290,7 +290,7 @@ def _black_box_states(report: AuditReport) -> dict[str, list[StateAudit]]:
 
 
 def _control_states(report: AuditReport) -> dict[str, StateAudit]:
-    """The positive control's states by session id (the no-forget tenant: ``eu_audit.sensitivity``)."""
+    """The positive control's states by session id (the no-forget tenant: ``eu_audit.audits.sensitivity``)."""
     return {s.session_id: s for s in report.states if s.method == CONTROL and not s.error}
 
 
@@ -438,7 +438,7 @@ def junit_xml(report: AuditReport) -> str:
     against the floor (``gate.default_rules``). Held passes; failed is a failure; inconclusive is a failure
     of type ``inconclusive`` whose message says what n would decide it; an errored state is an error.
     Metrics a kind of agent cannot be measured on are not cases: they are listed in system-out."""
-    from eu_audit.gate import gate_results, not_measured, parse_rule
+    from eu_audit.audits.gate import gate_results, not_measured, parse_rule
 
     verdicts = gate_results(report)
     root = ET.Element("testsuites", name="eu-audit")

@@ -28,13 +28,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from eu_audit.audits.evidence import Mask
 from eu_audit.audits.model import AuditReport, StateAudit
 from eu_audit.episodes import Target
 from eu_audit.errors import BadInput
-from eu_audit.evidence import Mask
 from eu_audit.matching import TargetMatcher
 
-#: a span an earlier mask replaced (``eu_audit.evidence.Mask``)
+#: a span an earlier mask replaced (``eu_audit.audits.evidence.Mask``)
 MASKED_SPAN = re.compile(r"\[z:[0-9a-f]{12}\]")
 #: the values it cannot recompute from an audit JSON, named in the command's output
 FROM_STATE = ("leak_exact", "leak_action", "leak_any", "residue_context", "residue_store", "residue_disk")
@@ -130,8 +130,8 @@ def rescore(
     rep: AuditReport, targets: Mapping[str, Target], *, source: str = "", rescored_by: str = ""
 ) -> tuple[AuditReport, RescoreCounts]:
     """``rep`` with every text decided again by today's matcher and every statistic recomputed."""
-    from eu_audit.gate import evaluate, gated_rules
-    from eu_audit.summary import cells_of, drop_probes
+    from eu_audit.audits.gate import evaluate, gated_rules
+    from eu_audit.audits.summary import cells_of, drop_probes
 
     live = [st for st in rep.states if not st.error]
     matchers = {st.episode_id: _session_target(st, targets, source) for st in live}

@@ -13,7 +13,7 @@ sees tells the reference apart):
 2. **b5** (tenant B, fresh): the counterfactual stream (the same script without z), no forget, the same
    future turns, elicitations and dump. This is the floor every figure is compared with.
 3. **b0** (tenant C, ``--positive-control``, on by default): driven like the agent, never sent the forget:
-   what each measurement shows without a forget (``eu_audit.sensitivity``).
+   what each measurement shows without a forget (``eu_audit.audits.sensitivity``).
 
 After the run, serve's log is read for what no honest agent does (``eu_audit.blackbox.tamper``): control
 calls the harness never made, routes serve does not have, calls outside a tenant's run, z in the

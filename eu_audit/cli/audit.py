@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from eu_audit.audits.gate import describe_gate_sets
 from eu_audit.build_info import command_line
 from eu_audit.cli.app import (
     Force,
@@ -24,7 +25,6 @@ from eu_audit.cli.app import (
 )
 from eu_audit.defaults import ANSWER_MAX_TOKENS, SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.errors import BadInput
-from eu_audit.gate import describe_gate_sets
 from eu_audit.shards import Shard
 
 AuditBundlePath = Annotated[
@@ -199,7 +199,7 @@ def audit_command(
     """
     from eu_audit.audit import AuditOptions, audit_plan
     from eu_audit.audit import audit as run_audit
-    from eu_audit.gate import check_rules, expand_gate_sets
+    from eu_audit.audits.gate import check_rules, expand_gate_sets
     from eu_audit.jsonl import check_output_path
 
     check_acceptance(on_inconclusive, on_insensitive)
@@ -234,7 +234,7 @@ def audit_command(
     check_rules(rules, plan.methods, plan.suites)
     with progress_bar() as report:
         rep = run_audit(bundle_path, opts, progress=report)
-    from eu_audit.evidence import mask_for
+    from eu_audit.audits.evidence import mask_for
 
     mask = mask_for(bundle_path)  # the bundle's targets and salt, read once
     if not reveal_target:
@@ -266,7 +266,7 @@ def _check_attest(
     attest: Path, json_path: Path | None, key: Path | None, subjects: list[Path], force: bool
 ) -> None:
     """Everything a receipt needs, checked before any model runs."""
-    from eu_audit.evidence import load_signer
+    from eu_audit.audits.evidence import load_signer
     from eu_audit.jsonl import check_output_path
 
     if json_path is None:
@@ -321,7 +321,7 @@ def apply_gates(
 ) -> None:
     """Decide the rules, print and write the report (and its receipt, SARIF and job summary), exit with
     the verdict's code: one source for the summary, the files and the exit code."""
-    from eu_audit.gate import evaluate, exit_code
+    from eu_audit.audits.gate import evaluate, exit_code
 
     rep.gates = evaluate(rep, rules)
     _print_audit(rep)
@@ -375,7 +375,7 @@ def _print_audit(rep: object) -> None:
 def _write_receipt(
     rep: Any, audit_json: Path, out_path: Path, key: Path, files: list[Path], digests: list[str]
 ) -> None:
-    from eu_audit.evidence import sha256_file, sign, statement
+    from eu_audit.audits.evidence import sha256_file, sign, statement
     from eu_audit.jsonl import atomic_writer
 
     subjects = [(files[0].name, sha256_file(files[0])), (audit_json.name, sha256_file(audit_json))]
@@ -401,8 +401,8 @@ def _write_audit(
 ) -> None:
     from eu_audit.audits.model import AuditReport
     from eu_audit.audits.output import junit_xml
+    from eu_audit.audits.summary import audit_rows
     from eu_audit.jsonl import atomic_writer, write_parquet
-    from eu_audit.summary import audit_rows
 
     assert isinstance(rep, AuditReport)
     if json_path:  # 0600 always: masked by default, but it describes where z stayed

@@ -58,8 +58,9 @@ def merge(
     [bold]eu-audit merge bb.1.jsonl bb.2.jsonl -o bb.jsonl[/]
     [bold]eu-audit merge a1.json a2.json -o audit.json --gate-set forget[/]
     """
+    from eu_audit.audits.merge import merge_reports
     from eu_audit.jsonl import check_output_path
-    from eu_audit.shards import merge_bundles, merge_reports
+    from eu_audit.shards import merge_bundles
 
     check_acceptance(on_inconclusive, on_insensitive)
     check_output_path(out_path, force=force)
@@ -79,7 +80,7 @@ def merge(
     for path in (junit_path, sarif_path, summary_md):
         if path is not None:
             check_output_path(path, force=force)
-    from eu_audit.gate import check_rules, expand_gate_sets, gated_rules
+    from eu_audit.audits.gate import check_rules, expand_gate_sets, gated_rules
 
     rep = merge_reports(files)
     measured = {m for s in rep.states for m, v in s.values.items() if v is not None}

@@ -9,13 +9,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from eu_audit.audits.power import DEFAULT_CHANCE, MAX_PLAN_N
 from eu_audit.cli.app import (
     app,
     out,
     say,
 )
 from eu_audit.errors import BadInput
-from eu_audit.power import DEFAULT_CHANCE, MAX_PLAN_N
 
 
 @app.command()
@@ -63,8 +63,8 @@ def power(
 
     [bold]eu-audit power pilot.json[/]   [bold]eu-audit power --worse-share 0 --margin 0.1[/]
     """
-    from eu_audit.power import plan_share
-    from eu_audit.verdict import n_for_share
+    from eu_audit.audits.power import plan_share
+    from eu_audit.audits.verdict import n_for_share
 
     if pilot is None:
         if worse_share is None:
@@ -80,10 +80,10 @@ def power(
                if planned else f"; no n up to {MAX_PLAN_N} decides {chance:.0%} of fresh runs"),
         )  # fmt: skip
         return
-    from eu_audit.gate import check_rules, default_rules, evaluate, gated_rules
-    from eu_audit.power import n_for_control, plan_rule
-    from eu_audit.sensitivity import positive_control
-    from eu_audit.shards import read_audits, shard_audits
+    from eu_audit.audits.gate import check_rules, default_rules, evaluate, gated_rules
+    from eu_audit.audits.merge import read_audits, shard_audits
+    from eu_audit.audits.power import n_for_control, plan_rule
+    from eu_audit.audits.sensitivity import positive_control
 
     rep = read_audits(shard_audits(pilot) if pilot.is_dir() else [pilot])
     rules = gate or gated_rules(rep) or default_rules(rep)

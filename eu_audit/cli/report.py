@@ -59,7 +59,7 @@ def report(
     [bold]eu-audit report --rows reports/smollm2 -o /tmp/again[/]  (then diff the two report.md)
     [bold]eu-audit report --audit shards/ --findings -o reports/big-run[/]  (shard audits of one run)
     """
-    from eu_audit.report import regenerate, write_report
+    from eu_audit.view.report import regenerate, write_report
 
     if rows is not None:
         if sweep_dir or audit_json or notes or allow_mixed or findings or title != "eu-audit report":

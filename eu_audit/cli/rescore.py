@@ -14,7 +14,7 @@ from eu_audit.errors import BadInput
 
 def _pairs(audit: Path, out_path: Path) -> list[tuple[Path, Path]]:
     """(input, output) per audit file: one file to one file, a folder of shard audits to a folder."""
-    from eu_audit.shards import shard_audits
+    from eu_audit.audits.merge import shard_audits
 
     if audit.is_dir():
         if out_path.exists() and not out_path.is_dir():

@@ -75,7 +75,7 @@ def unlearn_command(
     from eu_audit.unlearn import unlearn as run_unlearn
 
     if attest is not None:
-        from eu_audit.evidence import load_signer
+        from eu_audit.audits.evidence import load_signer
 
         if signing_key is None:
             raise BadInput("--attest needs --signing-key (an ed25519 private key, PEM)")
@@ -135,7 +135,7 @@ def unlearn_command(
 
 
 def _attest_unlearn(res: Any, bundle_path: Path, folder: Path, key: Path, force: bool) -> None:
-    from eu_audit.evidence import forget_statement, mask_for, sha256_file, sign
+    from eu_audit.audits.evidence import forget_statement, mask_for, sha256_file, sign
     from eu_audit.jsonl import atomic_writer, check_output_path
 
     folder.mkdir(parents=True, exist_ok=True)

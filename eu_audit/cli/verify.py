@@ -47,7 +47,7 @@ def verify_command(
 
     [bold]eu-audit verify receipt.json audit.json bb.jsonl build.json --key signer.pub.pem[/]
     """
-    from eu_audit.evidence import verify_receipt
+    from eu_audit.audits.evidence import verify_receipt
 
     result = verify_receipt(receipt, key, files or [], partial=partial)
     for line in result.lines:

@@ -86,9 +86,9 @@ def run_release(
     """One release of one case through serve, record and audit; never raises for the case's own failure
     (a release that cannot run is a result that says so)."""
     from eu_audit.audit import AuditOptions, audit
+    from eu_audit.audits.evidence import mask_for
+    from eu_audit.audits.gate import evaluate, exit_code, overall
     from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
-    from eu_audit.evidence import mask_for
-    from eu_audit.gate import evaluate, exit_code, overall
     from eu_audit.jsonl import atomic_writer
     from eu_audit.pack.venvs import venv_for
 

@@ -40,7 +40,7 @@ class CellView:
 
 def with_suite(rule: str, suite: str) -> str:
     """``agent.residue_store==0`` decided on one suite's sessions: ``agent.SUITE.residue_store==0``."""
-    from eu_audit.gate import parse_rule
+    from eu_audit.audits.gate import parse_rule
 
     r = parse_rule(rule)
     return f"{r.method}.{suite}.{r.metric}{r.op}{r.rhs}"
@@ -48,7 +48,7 @@ def with_suite(rule: str, suite: str) -> str:
 
 def suite_verdict(rep: AuditReport, suite: str) -> tuple[str, int]:
     """The audit's rules on one suite's sessions, decided again: the worst outcome, and the sessions."""
-    from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate, overall, parse_rule
+    from eu_audit.audits.gate import PSEUDO_RULES, default_rules, evaluate, overall, parse_rule
 
     rules = [g.rule for g in rep.gates if g.rule not in PSEUDO_RULES] or default_rules(rep)
     mine = [r for r in rules if parse_rule(r).method == AGENT and parse_rule(r).suite in ("all", suite)]
@@ -63,7 +63,7 @@ def recheck_word(rep: AuditReport) -> tuple[str, int] | None:
     run had no rechecks."""
     from eu_audit.audits.channels import LABELS, channels
     from eu_audit.audits.model import FLOOR
-    from eu_audit.sensitivity import CONTROL
+    from eu_audit.audits.sensitivity import CONTROL
 
     states = [s for s in rep.states if s.method == AGENT and not s.error]
     floor = {s.session_id: s for s in rep.states if s.method == FLOOR and not s.error}
@@ -97,7 +97,7 @@ def _audit_files(reports: Path, ref: str) -> tuple[str, tuple[Path, ...]]:
 
 def cell(reports: Path, suite: str, value: Any, cache: dict[tuple[Path, ...], AuditReport]) -> CellView:
     """One cell of the matrix from its index entry."""
-    from eu_audit.shards import read_audits
+    from eu_audit.audits.merge import read_audits
 
     if isinstance(value, dict):
         why = str(value.get("not measurable", ""))

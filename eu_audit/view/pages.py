@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from eu_audit.audits.gate import gate_results, overall
 from eu_audit.audits.metric import TABLE_TITLES, table_metrics
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 from eu_audit.audits.output import fmt, row_order, shown_suites
-from eu_audit.gate import gate_results, overall
-from eu_audit.sensitivity import CONTROL
+from eu_audit.audits.sensitivity import CONTROL
 
 #: a session's text shown in full up to this many characters (the rest one click away in the JSON)
 QUOTE_CHARS = 400
@@ -125,8 +125,8 @@ def decided_now(rep: AuditReport) -> list[tuple[GateResult, str]]:
     """The audit's rules decided again by this eu-audit from the audit's rows (an audit written before a
     rule needed a positive control may have recorded a hold that is insensitive today), each with the
     outcome the file recorded where that differs. A rule today's eu-audit cannot parse keeps its record."""
+    from eu_audit.audits.gate import PSEUDO_RULES, evaluate
     from eu_audit.errors import BadInput
-    from eu_audit.gate import PSEUDO_RULES, evaluate
 
     recorded = {g.rule: g for g in rep.gates}
     rules = [r for r in recorded if r not in PSEUDO_RULES]

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eu_audit.audits.gate import overall
 from eu_audit.audits.model import AuditReport
 from eu_audit.errors import BadInput
-from eu_audit.gate import overall
 from eu_audit.view.pages import AuditPage, audit_page
 
 #: written into every site: a folder holding it is a site ``view`` made, and may be replaced
@@ -45,7 +45,7 @@ class Source:
     title: str
 
     def read(self) -> AuditReport:
-        from eu_audit.shards import read_audits
+        from eu_audit.audits.merge import read_audits
 
         return read_audits(self.files)
 
@@ -146,7 +146,7 @@ def _environment() -> Any:
 def _chart(page: AuditPage, out: Path, private: bool) -> None:
     """The rates chart as SVG, written with no date and a fixed hash salt: the same audit, the same file."""
     from eu_audit.jsonl import atomic_writer
-    from eu_audit.report import _plt, rates_figure
+    from eu_audit.view.report import _plt, rates_figure
 
     got = rates_figure(page.report)
     if got is None:
@@ -209,7 +209,7 @@ def _sweep_page(env: Any, source: SweepSource, slug: str, out: Path) -> tuple[st
     as ``eu-audit report`` writes it, rendered from Markdown, its plot in a folder of the page's own."""
     from markdown_it import MarkdownIt
 
-    from eu_audit.report import sweep_section
+    from eu_audit.view.report import sweep_section
 
     folder = out / slug
     folder.mkdir(exist_ok=True)

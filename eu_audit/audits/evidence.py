@@ -168,7 +168,7 @@ def statement(
     report: AuditReport, subjects: Sequence[tuple[str, str]], audit_name: str, variant_digests: list[str]
 ) -> dict[str, Any]:
     """The in-toto Statement: subjects (name, sha256) and the test-result predicate of the gates."""
-    from eu_audit.gate import gate_results
+    from eu_audit.audits.gate import gate_results
 
     verdicts = gate_results(report)
     outcomes = {g.outcome for g in verdicts}
@@ -251,7 +251,7 @@ def forget_statement(
 
 def controls_for(rules: Sequence[str]) -> list[str]:
     """The obligations the rules' measurements speak to, then what any recorded run keeps."""
-    from eu_audit.gate import parse_rule
+    from eu_audit.audits.gate import parse_rule
 
     metrics = set()
     for r in rules:
@@ -359,7 +359,7 @@ def verify_receipt(
 ) -> Verification:
     """Signature, subjects (every one, unless ``partial``), and the verdicts recomputed from the audit JSON
     among ``files``."""
-    from eu_audit.gate import PSEUDO_RULES, default_rules, evaluate
+    from eu_audit.audits.gate import PSEUDO_RULES, default_rules, evaluate
 
     env_dict = read_envelope(receipt)
     key_used = _verifying_key(env_dict, load_public_key(public_key), receipt)

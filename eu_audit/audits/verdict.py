@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
-from eu_audit.sensitivity import EQUALITY, OPS, RuleLike, controlled, other_method, value_of
+from eu_audit.audits.sensitivity import EQUALITY, OPS, RuleLike, controlled, other_method, value_of
 
 #: engines whose replays are exact (the canonical schedule): equal states there are a fact
 EXACT_ENGINES = ("llamacpp", "hf")
@@ -441,7 +441,7 @@ class Weighed:
 
 def weigh(ds: Sequence[float], kind: Kind, alpha: float, margin: float) -> Weighed:
     """Failed when significantly worse, held when the upper bound is within the margin: the one rule
-    both a verdict (``decide``) and a plan (``eu_audit.power``) read."""
+    both a verdict (``decide``) and a plan (``eu_audit.audits.power``) read."""
     p = worse_p(ds, kind)
     bound = upper_bound(ds, kind, alpha)
     if p < alpha:

@@ -5,7 +5,7 @@ there. On a white-box bundle the control of every rule on a metric that measures
 is the state that never got the forget, B0: on the rule's suite it must have broken the rule (against
 the floor: been worse than the floor's state) in at least one session. Where it never did, the rule is
 *insensitive*: this measurement did not see z even without the forget, so it cannot tell a forget from
-none, and it never counts as a hold (``eu_audit.gate.exit_code``: exit 4 like inconclusive, unless
+none, and it never counts as a hold (``eu_audit.audits.gate.exit_code``: exit 4 like inconclusive, unless
 ``--on-insensitive pass``). A state equal to the floor's token for token on an exact engine needs no
 control: it is B5's state. On a black-box run the control is the no-forget tenant (``record --agent
 --positive-control``, on by default), named B0 too: driven like the agent, never sent the forget; its

@@ -6,7 +6,7 @@ N`` naming one channel where z may be (``agent.store.history==0``, ``agent.promp
 ``agent.tool.routing==0``, or ``agent.prompt.history<=floor``: z there only where B5's session has it;
 ``eu_audit.audits.channels``). Without a suite the rule reads every session. A named set of rules
 (``GATE_SETS``: ``--gate-set forget``) holds each audited method to the same rules, written once here.
-Each rule's verdict is held, failed or inconclusive (``eu_audit.verdict``); gates fail closed: a value
+Each rule's verdict is held, failed or inconclusive (``eu_audit.audits.verdict``); gates fail closed: a value
 that could not be measured fails the rule, and an errored state fails the run.
 """
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from eu_audit.audits.channels import KINDS, check_tier
 from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
+from eu_audit.audits.sensitivity import CONTROL, other_method
 from eu_audit.errors import BadInput
 from eu_audit.registry import Registry
-from eu_audit.sensitivity import CONTROL, other_method
 
 #: the right side: ``floor`` (B5, paired by session), a number, or another audited method (``b0``: paired
 #: by session with that method's state, as the paper compares B1 with B0)
@@ -177,8 +177,8 @@ def check_rules(
 def evaluate(
     report: AuditReport, rules: Sequence[str], *, alpha: float | None = None, margin: float | None = None
 ) -> list[GateResult]:
-    """Each rule's verdict (``eu_audit.verdict``), and a failed pseudo-rule when a state errored."""
-    from eu_audit.verdict import decide
+    """Each rule's verdict (``eu_audit.audits.verdict``), and a failed pseudo-rule when a state errored."""
+    from eu_audit.audits.verdict import decide
 
     a = report.alpha if alpha is None else alpha
     m = report.margin if margin is None else margin
@@ -212,8 +212,8 @@ def exit_code(
     results: Sequence[GateResult], *, inconclusive_passes: bool = False, insensitive_passes: bool = False
 ) -> int:
     """0 every rule held; 1 a rule failed; 4 none failed but one is inconclusive (more sessions would
-    decide it) or insensitive (its positive control never showed z: ``eu_audit.sensitivity``), unless the
-    team accepts that explicitly, each apart."""
+    decide it) or insensitive (its positive control never showed z: ``eu_audit.audits.sensitivity``),
+    unless the team accepts that explicitly, each apart."""
     if any(g.outcome == "failed" for g in results):
         return 1
     if any(g.outcome == "inconclusive" for g in results) and not inconclusive_passes:

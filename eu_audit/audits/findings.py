@@ -92,8 +92,9 @@ class Judged:
 
 
 def judge(report: AuditReport, findings: Sequence[Finding] = PAPER) -> list[Judged]:
-    """Each finding whose method this audit has, judged by its rules' verdicts (``eu_audit.verdict``)."""
-    from eu_audit.gate import evaluate
+    """Each finding whose method this audit has, judged by its rules' verdicts
+    (``eu_audit.audits.verdict``)."""
+    from eu_audit.audits.gate import evaluate
 
     judged = []
     for f in findings:

@@ -13,12 +13,12 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from eu_audit.audits.merge import read_audits, shard_audits
 from eu_audit.audits.metric import report_metrics
 from eu_audit.audits.model import FLOOR, AuditReport, read_report
 from eu_audit.audits.output import fmt, row_order, shown_suites
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer, check_input_file
-from eu_audit.shards import read_audits, shard_audits
 from eu_audit.sweeps import SWEEPS, SweepRow, load_rows
 
 
@@ -141,7 +141,7 @@ def audit_section(src: AuditSource, out: Path, findings: bool = False) -> list[s
     lines += channel_table(rep)
     lines += _verdict_lines(rep)
     if findings:
-        from eu_audit.findings import findings_table
+        from eu_audit.audits.findings import findings_table
 
         lines += findings_table(rep)
     lines += _rates_plot(rep, path, out)
@@ -191,7 +191,7 @@ def _short_digests(digests: str) -> str:
 def _verdict_lines(rep: AuditReport) -> list[str]:
     """The gates' verdicts (each with its n, test and what would decide it) and the control map: which
     obligation each rule's measurement speaks to, as "this run measured X", never as legal advice."""
-    from eu_audit.evidence import controls_for
+    from eu_audit.audits.evidence import controls_for
 
     if not rep.gates:
         return []
@@ -303,7 +303,7 @@ def write_report(
 ) -> Path:
     """report.md and its figures in ``out``, and beside them ``rows/``: a copy of every input (audit JSON,
     sweep rows and manifest) and ``report.json``, from which ``regenerate`` makes the same report.
-    ``findings`` adds each audit's paper-vs-ours table (``eu_audit.findings``). An audit input may be a
+    ``findings`` adds each audit's paper-vs-ours table (``eu_audit.audits.findings``). An audit input may be a
     folder of one run's shard audits: merged here, and saved as its shards (the manifest lists them)."""
     sources = [a if isinstance(a, AuditSource) else AuditSource.of(a) for a in audits]
     for f in (f for a in sources for f in a.files):
