@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,15 +17,15 @@ from eu_audit.engines.llamacpp import micro_batch_for
 from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput, RunFailed
-from eu_audit.jsonl import check_output_path, temp_beside
+from eu_audit.jsonl import temp_beside
 from eu_audit.models import DEFAULT_MODEL, LoadedModel
 from eu_audit.parallel import in_job_order
+from eu_audit.plan import PlannedSession, RunPlan
 from eu_audit.progress import Progress, ProgressCounter
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.shards import Shard
-from eu_audit.suites import load_suite
 from eu_audit.trace.records import Decoding, Header, ModelInfo, check_decoding
 from eu_audit.trace.session import Bundle, SessionTrace
 
@@ -59,15 +59,6 @@ class RecordResult:
     state_dir: Path
     sidecar: Path | None = None
     checkpoint_bytes: list[int] = field(default_factory=list)
-
-
-def pick_episodes(episodes: list[Episode], n: int | None) -> list[Episode]:
-    """The first ``n`` episodes, cycling through the suite when ``n`` exceeds its size."""
-    if n is None:
-        return episodes
-    if n < 1:
-        raise BadInput("--n must be at least 1")
-    return [episodes[i % len(episodes)] for i in range(n)]
 
 
 STATE_FILES = ("memory.sqlite", "outbox.sqlite")  # what a recording keeps in its state folder
@@ -116,10 +107,10 @@ def make_header(engine: KVEngine, chat_name: str, opts: RecordOptions, policy: C
 
 
 def _concurrently(
-    episodes: list[tuple[int, Episode]],
+    sessions: Sequence[PlannedSession],
     engine: KVEngine,
     concurrency: int,
-    run_one: Callable[[int, Episode, KVEngine], SessionTrace],
+    run_one: Callable[[PlannedSession, KVEngine], SessionTrace],
 ) -> list[SessionTrace]:
     """Sessions in parallel threads, each on its own client-side state; the server batches them. On a
     llama.cpp server each session in flight owns one slot (its --parallel), since the canonical served
@@ -130,14 +121,14 @@ def _concurrently(
     for slot in range(workers):
         free.put(slot if pinned else None)
 
-    def task(job: tuple[int, Episode]) -> SessionTrace:
+    def task(planned: PlannedSession) -> SessionTrace:
         slot = free.get()
         try:
-            return run_one(job[0], job[1], engine.sibling(id_slot=slot))
+            return run_one(planned, engine.sibling(id_slot=slot))
         finally:
             free.put(slot)
 
-    return in_job_order(episodes, task, workers, name="eu-audit-session")
+    return in_job_order(sessions, task, workers, name="eu-audit-session")
 
 
 def record(
@@ -146,26 +137,13 @@ def record(
     loaded: LoadedModel | None = None,
     engine: KVEngine | None = None,
 ) -> RecordResult:
-    out = Path(opts.out)
-    check_output_path(out)
-    if out.exists() and not opts.force:
-        raise BadInput(f"{out} exists; pass --force to replace it (eu-audit never overwrites silently)")
     check_decoding(opts.temperature, opts.max_tokens)
-    state_dir = opts.state_dir or out.with_name(out.name + ".state")
-    if state_dir.exists() and not state_dir.is_dir():
-        raise BadInput("the state folder is a file", path=str(state_dir))
-    # "agentdojo,preference": n episodes from each suite, in order
-    episodes = [
-        ep
-        for ref in opts.suite.split(",")
-        if ref.strip()
-        for ep in pick_episodes(load_suite(ref.strip()), opts.n)
-    ]
+    plan = RunPlan.make(
+        opts.suite, opts.n, opts.out, state_dir=opts.state_dir, shard=opts.shard, force=opts.force
+    )
+    out, state_dir = plan.out, plan.state_dir
     if opts.concurrency < 1:
         raise BadInput("--concurrency must be at least 1")
-    chosen = opts.shard.select(episodes) if opts.shard else list(enumerate(episodes))
-    if not chosen:
-        raise BadInput(f"--shard {opts.shard}: no session of the {len(episodes)} falls in this shard")
     options: dict[str, object] = {"server": opts.server} if opts.server else {}
     if opts.ctx is not None:
         if resolve_engine(opts.engine, opts.model) != "llamacpp":
@@ -181,15 +159,15 @@ def record(
     chat = detect_chat_format(engine.tokenizer)
     memory, outbox = _open_state(state_dir, opts.force)
     kv: dict[str, object] = {}
-    total = sum(len(ep.steps) for _, ep in chosen)
+    total = sum(len(p.episode.steps) for p in plan.sessions)
     counter = ProgressCounter(total, progress)
 
-    def run_one(i: int, ep: Episode, eng: KVEngine) -> SessionTrace:
-        sid = f"s{i}"
+    def run_one(planned: PlannedSession, eng: KVEngine) -> SessionTrace:
+        ep, sid = planned.episode, planned.session_id
         settings = AgentSettings(
             max_tokens=opts.max_tokens,
             temperature=opts.temperature,
-            seed=derive_seed(opts.seed, i),
+            seed=derive_seed(opts.seed, planned.index),
             checkpoint_policy=policy_for(ep, opts),
         )
         agent = Agent(eng, chat, ep, sid, settings, memory, outbox)
@@ -206,13 +184,13 @@ def record(
 
     try:
         if opts.concurrency > 1:
-            sessions = _concurrently(chosen, engine, opts.concurrency, run_one)
+            sessions = _concurrently(plan.sessions, engine, opts.concurrency, run_one)
         else:
-            sessions = [run_one(i, ep, engine) for i, ep in chosen]
+            sessions = [run_one(planned, engine) for planned in plan.sessions]
     finally:
         memory.close()
         outbox.close()
-    header = make_header(engine, chat.name, opts, policy_for(episodes[0], opts))
+    header = make_header(engine, chat.name, opts, policy_for(plan.episodes[0], opts))
     if opts.shard:
         header.engine_facts["shard"] = str(opts.shard)
     bundle = Bundle(header=header, sessions=sessions, path=out)

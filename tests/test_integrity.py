@@ -263,6 +263,30 @@ def test_outputs_that_could_not_be_written_are_refused_before_the_work(
         assert proc.returncode == 2 and "not writable" in proc.stderr
 
 
+def test_a_recording_is_planned_once_and_both_sides_refuse_what_it_cannot_write_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    """The white box and a deployed agent are planned by one ``RunPlan``: a state folder that is a file, an
+    output that exists (no --force) and a shard with no session are refused with exit 2 before any model
+    loads or any agent is called (the agent's URL here answers nothing)."""
+    a_file = tmp_path / "plain"
+    a_file.write_text("x")
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("mine")
+    nobody = ["--agent", "http://127.0.0.1:9", "--serve", "http://127.0.0.1:9"]
+    cases = [
+        (["--state-dir", str(a_file), "-o", str(tmp_path / "t.jsonl")], "state folder is a file"),
+        (["-o", str(kept)], "exists; pass --force"),
+        (["--n", "1", "--shard", "2/2", "-o", str(tmp_path / "t.jsonl")], "no session of the 1"),
+    ]
+    for side in ([], nobody):
+        for args, needle in cases:
+            proc = run_cli("record", "--suite", "builtin", *side, *args)
+            assert proc.returncode == 2 and needle in proc.stderr, (side, args, proc.stderr)
+            assert "Traceback" not in proc.stderr
+    assert kept.read_text() == "mine"  # the input is never touched
+
+
 def _episode_line(builtin_line: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> str:
     ep = json.loads(json.dumps(builtin_line))
     change(ep)

@@ -55,14 +55,12 @@ from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step
 from eu_audit.errors import BadInput
-from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
 from eu_audit.parallel import in_job_order
+from eu_audit.plan import RunPlan
 from eu_audit.progress import Progress, ProgressCounter
-from eu_audit.record import pick_episodes
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.world import World
-from eu_audit.suites import load_suite
 from eu_audit.trace.records import (
     BLACK_BOX_ENGINE,
     AgentForgetRecord,
@@ -309,18 +307,11 @@ def _header(
     )
 
 
-def _episodes(opts: AgentRecordOptions) -> list[Episode]:
-    refs = [ref.strip() for ref in opts.suite.split(",") if ref.strip()]
-    return [ep for ref in refs for ep in pick_episodes(load_suite(ref), opts.n)]
-
-
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
-    out = Path(opts.out)
-    check_output_path(out, force=opts.force)  # an unwritable -o is refused now, not after every tenant ran
-    episodes = _episodes(opts)
-    chosen = opts.shard.select(episodes) if opts.shard else list(enumerate(episodes))
-    if not chosen:
-        raise BadInput(f"--shard {opts.shard}: no session of the {len(episodes)} falls in this shard")
+    plan = RunPlan.make(
+        opts.suite, opts.n, opts.out, state_dir=opts.state_dir, shard=opts.shard, force=opts.force
+    )
+    out, state_dir = plan.out, plan.state_dir
     serve = ServeControl.open(opts.serve, opts.serve_control)
     info = serve.info()
     agent = open_agent(opts.agent, opts.bounds)
@@ -331,12 +322,11 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     # the root URL is marked as well, so a call the agent sends to it (a shared embedder) still counts.
     # Tenants at the same time are told apart only by their lanes: a call on the root fails that run
     per_tenant = serve.url is not None and (opts.concurrency > 1 or caps.tenant_model_url)
-    state_dir = opts.state_dir or out.with_name(out.name + ".state")
     made_state = not state_dir.exists()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     outbox = Outbox(state_dir / "outbox.sqlite")
     roles = [*RECORDED_METHODS, CONTROL_TENANT] if opts.positive_control else list(RECORDED_METHODS)
-    canonical = [(i, ep, method, world) for i, ep in chosen for method, world in roles]
+    canonical = [(p.index, p.episode, method, world) for p in plan.sessions for method, world in roles]
     # opaque tenant names: nothing the agent is told says which tenant is the reference
     names = {(i, method): secrets.token_hex(8) for i, _, method, _ in canonical}
     tenants = {

@@ -1,0 +1,68 @@
+"""A recording's plan, made and checked once before any model or agent runs, for both sides
+(``eu_audit.record`` on the white box, ``eu_audit.blackbox.drive`` on an agent): the run's episodes
+(``n`` from each suite, in order), the sessions this shard runs with their run-wide index, where the
+bundle goes, and the state folder beside it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from eu_audit.episodes import Episode
+from eu_audit.errors import BadInput
+from eu_audit.jsonl import check_output_path
+from eu_audit.shards import Shard
+from eu_audit.suites import load_suite
+
+
+@dataclass(frozen=True)
+class PlannedSession:
+    """One session of the run: its run-wide index (the same whichever shard runs it, so its id and seed
+    are too) and its episode."""
+
+    index: int
+    episode: Episode
+
+    @property
+    def session_id(self) -> str:
+        return f"s{self.index}"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    episodes: tuple[Episode, ...]  # the whole run's, every shard's
+    sessions: tuple[PlannedSession, ...]  # the ones this shard runs, in run order
+    out: Path
+    state_dir: Path
+    shard: Shard | None = None
+
+    @classmethod
+    def make(
+        cls, suite: str, n: int | None, out: Path, *, state_dir: Path | None, shard: Shard | None, force: bool
+    ) -> RunPlan:
+        """Check everything a recording can check before it runs: the output can be written (and is not
+        replaced without ``force``), the state folder is not a file, every suite loads, ``n`` is at least 1
+        and the shard has a session."""
+        out = Path(out)
+        check_output_path(out, force=force)  # an unwritable -o is refused now, not after every session ran
+        state = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
+        if state.exists() and not state.is_dir():
+            raise BadInput("the state folder is a file", path=str(state))
+        # "agentdojo,preference": n episodes from each suite, in order
+        refs = [ref.strip() for ref in suite.split(",") if ref.strip()]
+        if not refs:
+            raise BadInput("--suite names no suite")
+        episodes = tuple(ep for ref in refs for ep in pick_episodes(load_suite(ref), n))
+        chosen = shard.select(episodes) if shard else list(enumerate(episodes))
+        if not chosen:
+            raise BadInput(f"--shard {shard}: no session of the {len(episodes)} falls in this shard")
+        return cls(episodes, tuple(PlannedSession(i, ep) for i, ep in chosen), out, state, shard)
+
+
+def pick_episodes(episodes: list[Episode], n: int | None) -> list[Episode]:
+    """The first ``n`` episodes, cycling through the suite when ``n`` exceeds its size."""
+    if n is None:
+        return episodes
+    if n < 1:
+        raise BadInput("--n must be at least 1")
+    return [episodes[i % len(episodes)] for i in range(n)]
