@@ -9,3 +9,9 @@ SAMPLES_K = 5
 SAMPLE_TEMPERATURE = 0.7
 #: tokens of one answer to a probe or a sample
 ANSWER_MAX_TOKENS = 32
+#: tokens of one model turn while a session is recorded (and replayed)
+TURN_MAX_TOKENS = 48
+#: the temperature a session is recorded at: greedy, so B7 == B5 token for token is a test
+TURN_TEMPERATURE = 0.0
+#: the weights' dtype on the engines that choose one (hf)
+DTYPE = "float32"

@@ -12,6 +12,7 @@ from pathlib import Path
 from eu_audit import __version__
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.defaults import DTYPE, TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.engines import AUTO, KVEngine, open_engine, resolve_engine
 from eu_audit.engines.llamacpp import micro_batch_for
 from eu_audit.engines.served import OpenAIEngine
@@ -39,9 +40,9 @@ class RecordOptions:
     out: Path = Path("trace.jsonl")
     #: None: each episode's own policy (its suite knob), else every_turn
     checkpoint_policy: CheckpointPolicy | None = None
-    temperature: float = 0.0
-    max_tokens: int = 48
-    dtype: str = "float32"
+    temperature: float = TURN_TEMPERATURE
+    max_tokens: int = TURN_MAX_TOKENS
+    dtype: str = DTYPE
     engine: str = AUTO  # llamacpp for models shipped as GGUF, hf otherwise (engines.resolve_engine)
     server: str | None = None  # the openai engine's server
     concurrency: int = 1  # sessions in flight at once (served engines only)

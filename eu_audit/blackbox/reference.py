@@ -42,6 +42,7 @@ from eu_audit.blackbox.contract import (
     Turn,
 )
 from eu_audit.checkpoints import CheckpointStore
+from eu_audit.defaults import TURN_MAX_TOKENS
 from eu_audit.engines import KVEngine
 from eu_audit.engines.served import OpenAIEngine, Server
 from eu_audit.episodes import Episode, Phase, Step, StepKind, Target
@@ -92,7 +93,7 @@ class ReferenceAgent:
         *,
         forget: ForgetKind = "b7",
         state_dir: Path | None = None,
-        max_tokens: int = 48,
+        max_tokens: int = TURN_MAX_TOKENS,
     ) -> None:
         if forget not in FORGET_KINDS:
             raise BadInput(f"forget must be one of {', '.join(FORGET_KINDS)}, not {forget!r}")

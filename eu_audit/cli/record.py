@@ -19,7 +19,7 @@ from eu_audit.cli.app import (
     progress_bar,
     say,
 )
-from eu_audit.defaults import SAMPLES_K
+from eu_audit.defaults import DTYPE, SAMPLES_K, TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.errors import BadInput
 from eu_audit.models import DEFAULT_MODEL
 from eu_audit.shards import Shard
@@ -195,9 +195,9 @@ def record_command(
     seed: RecordSeed = 0,
     out_path: RecordOutPath = Path("trace.jsonl"),
     checkpoints: RecordCheckpoints = None,
-    temperature: RecordTemperature = 0.0,
-    max_tokens: RecordMaxTokens = 48,
-    dtype: RecordDtype = "float32",
+    temperature: RecordTemperature = TURN_TEMPERATURE,
+    max_tokens: RecordMaxTokens = TURN_MAX_TOKENS,
+    dtype: RecordDtype = DTYPE,
     kv_sidecar: RecordKvSidecar = False,
     state_dir: RecordStateDir = None,
     engine: RecordEngine = "auto",
@@ -236,9 +236,9 @@ def record_command(
     white_box_only = {
         "--model": model != DEFAULT_MODEL,
         "--checkpoints": checkpoints is not None,
-        "--temperature": temperature != 0.0,
-        "--max-tokens": max_tokens != 48,
-        "--dtype": dtype != "float32",
+        "--temperature": temperature != TURN_TEMPERATURE,
+        "--max-tokens": max_tokens != TURN_MAX_TOKENS,
+        "--dtype": dtype != DTYPE,
         "--kv-sidecar": kv_sidecar,
         "--engine": engine != "auto",
         "--server": server is not None,

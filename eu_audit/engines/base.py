@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from eu_audit.defaults import DTYPE
 from eu_audit.models import LoadedModel
 from eu_audit.registry import Registry
 
@@ -226,7 +227,7 @@ def open_engine(
     name: str,
     model: str,
     *,
-    dtype: str = "float32",
+    dtype: str = DTYPE,
     loaded: LoadedModel | None = None,
     **options: Any,
 ) -> KVEngine:

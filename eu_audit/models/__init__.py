@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from eu_audit.defaults import DTYPE
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.models.cache import MARKER, Pins, source_digest, verify, verify_for_load, write_marker
 from eu_audit.registry import Registry
@@ -527,7 +528,7 @@ def _load_tokenizer(path: Path, name: str) -> Any:
         raise RunFailed(f"could not load the tokenizer of '{name}' from {path}: {exc}") from exc
 
 
-def load_model(ref: str | ModelSpec, *, dtype: str = "float32", tokenizer_only: bool = False) -> LoadedModel:
+def load_model(ref: str | ModelSpec, *, dtype: str = DTYPE, tokenizer_only: bool = False) -> LoadedModel:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eu_audit.checkpoints import Checkpoint, CheckpointPolicy, CheckpointReason, CheckpointStore
+from eu_audit.defaults import TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.engines import KVEngine, Sampling
 from eu_audit.episodes import Episode, Step, StepKind
 from eu_audit.errors import BadInput
@@ -67,8 +68,8 @@ def derive_seed(*parts: object) -> int:
 
 @dataclass(frozen=True)
 class AgentSettings:
-    max_tokens: int = 48
-    temperature: float = 0.0
+    max_tokens: int = TURN_MAX_TOKENS
+    temperature: float = TURN_TEMPERATURE
     seed: int = 0
     checkpoint_policy: CheckpointPolicy = CheckpointPolicy.every_turn
     world: World = "factual"

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from eu_audit.checkpoints import Checkpoint, CheckpointPolicy
+from eu_audit.defaults import TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.episodes import MAX_NEW_TOKENS, Episode, Phase, StepKind
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
@@ -33,8 +34,9 @@ class ModelInfo(_Record):
 
 
 class Decoding(_Record):
-    temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
-    max_tokens: int = Field(48, ge=0, le=MAX_NEW_TOKENS)  # 0: not eu-audit's choice (a black-box agent)
+    temperature: float = Field(TURN_TEMPERATURE, ge=0.0, le=10.0, allow_inf_nan=False)
+    # 0: not eu-audit's choice (a black-box agent)
+    max_tokens: int = Field(TURN_MAX_TOKENS, ge=0, le=MAX_NEW_TOKENS)
 
 
 def check_decoding(temperature: float, max_tokens: int) -> Decoding:
