@@ -82,7 +82,7 @@ def test_a_bad_suite_file_names_its_line_and_field(builtin: list[Episode], tmp_p
 
 def test_schema_and_listings(tmp_path: Path) -> None:
     proc = run("schema")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["$id"] == "eu-audit/trace@1"
+    assert proc.returncode == 0 and json.loads(proc.stdout)["$id"] == "eu-audit/trace@2"
     listed = run("suites", "list")
     assert listed.returncode == 0 and "builtin" in listed.stdout
     models = run("models")

@@ -145,11 +145,32 @@ def test_records_that_contradict_each_other_are_refused_naming_line_and_field(
     assert f"{bad}:{index + 1}:" in str(info.value) and f"field '{field}'" in str(info.value)
 
 
+def test_the_target_is_stored_once_and_a_trace_1_bundle_still_reads_unless_its_copy_differs(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """A session line holds z once, in its episode. A trace@1 bundle (which kept a copy beside the
+    episode's) reads as before; a copy that differs from the episode's is refused with its line."""
+    lines = _lines(recorded)
+    session = _session(lines)
+    assert "target" not in session and session["episode"]["target"]["value"]
+    old = [dict(x) for x in lines]
+    old[0]["schema_version"] = "eu-audit/trace@1"
+    i = _first(old, "session")
+    old[i]["target"] = dict(session["episode"]["target"])
+    b = read_bundle(_write(old, tmp_path / "v1.jsonl"))
+    assert b.header.schema_version == "eu-audit/trace@2"
+    assert b.sessions[0].session.target.value == session["episode"]["target"]["value"]
+    old[i]["target"] = {**old[i]["target"], "value": "Quay Street 99, Dunedin"}
+    with pytest.raises(BadInput) as info:
+        read_bundle(_write(old, tmp_path / "v1-edited.jsonl"))
+    assert f"v1-edited.jsonl:{i + 1}:" in str(info.value) and "differs from its episode's" in str(info.value)
+
+
 def test_unlearn_refuses_a_block_whose_text_lost_the_target_while_its_ids_kept_it(
     recorded: Path, tmp_path: Path
 ) -> None:
     lines = _lines(recorded)
-    target = _session(lines)["target"]["value"]
+    target = _session(lines)["episode"]["target"]["value"]
     i = _first(lines, "block", lambda x: target in x["block"]["text"])
     lines[i]["block"]["text"] = lines[i]["block"]["text"].replace(target, "")
     bad = _write(lines, tmp_path / "edited.jsonl")

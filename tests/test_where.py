@@ -28,7 +28,7 @@ def _call(seq: int, phase: str, system: str, user: str) -> dict[str, object]:
 
 def _run_folder(tmp_path: Path) -> Path:
     records = [
-        {"type": "session", "session_id": "s0/agent", "target": {"value": Z, "variants": []}},
+        {"type": "session", "session_id": "s0/agent", "episode": {"target": {"value": Z, "variants": []}}},
         {"type": "agent_forget", "session_id": "s0/agent", "detail": "deleted 1 memories"},
         {
             "type": "residue",

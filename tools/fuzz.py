@@ -144,7 +144,7 @@ def _records(lines: list[str]) -> list[dict[str, Any]]:
 
 def _target_block(objs: list[dict[str, Any]]) -> dict[str, Any]:
     """The first block with token ids whose text holds its session's target."""
-    targets = {o["session_id"]: o["target"]["value"] for o in objs if o["type"] == "session"}
+    targets = {o["session_id"]: o["episode"]["target"]["value"] for o in objs if o["type"] == "session"}
     for o in objs:
         if (
             o["type"] == "block"
@@ -161,7 +161,7 @@ def _blank_text(objs: list[dict[str, Any]]) -> None:
 
 def _cut_text(objs: list[dict[str, Any]]) -> None:
     o = _target_block(objs)
-    target = next(x["target"]["value"] for x in objs if x.get("session_id") == o["session_id"])
+    target = next(x["episode"]["target"]["value"] for x in objs if x.get("session_id") == o["session_id"])
     o["block"]["text"] = o["block"]["text"].split(target)[0]
 
 
@@ -170,7 +170,10 @@ def _first(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def _other_target(objs: list[dict[str, Any]]) -> None:
-    _first(objs, "session")["target"]["value"] = "Quay Street 99, Dunedin"
+    """A trace@1 bundle (which kept a copy of the target beside the episode's) whose copy was edited."""
+    objs[0]["schema_version"] = "eu-audit/trace@1"
+    session = _first(objs, "session")
+    session["target"] = {**session["episode"]["target"], "value": "Quay Street 99, Dunedin"}
 
 
 def _other_source(objs: list[dict[str, Any]]) -> None:
@@ -185,8 +188,7 @@ def _episode_text_edited(objs: list[dict[str, Any]]) -> None:
 
 def _target_never_occurs(objs: list[dict[str, Any]]) -> None:
     sess = _first(objs, "session")
-    for holder in (sess["target"], sess["episode"]["target"]):
-        holder["value"], holder["variants"] = "Quay Street 99, Dunedin", []
+    sess["episode"]["target"]["value"], sess["episode"]["target"]["variants"] = "Quay Street 99, Dunedin", []
 
 
 def _forget_nowhere(objs: list[dict[str, Any]]) -> None:
@@ -218,7 +220,7 @@ def _kind_bogus(objs: list[dict[str, Any]]) -> None:
 SEMANTIC_EDITS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "a block's text deleted while its ids keep z": _blank_text,
     "a block's text cut before z": _cut_text,
-    "the session's target differs from its episode's": _other_target,
+    "a trace@1 session's copy of the target differs from its episode's": _other_target,
     "the session's source_id differs from its episode's": _other_source,
     "an episode step's text differs from the recorded observation": _episode_text_edited,
     "the forget target never occurs in the session": _target_never_occurs,

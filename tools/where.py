@@ -60,7 +60,12 @@ def main(folders: list[str]) -> None:
         )
         print()
         forgets = {r["session_id"]: r for r in records if r["type"] == "agent_forget"}
-        targets = {r["session_id"]: r["target"] for r in records if r["type"] == "session"}
+        # z is stored once, in the session's episode (a trace@1 line kept a copy beside it)
+        targets = {
+            r["session_id"]: r["episode"]["target"] if "episode" in r else r["target"]
+            for r in records
+            if r["type"] == "session"
+        }
         for r in records:
             if r["type"] != "residue" or not r["session_id"].endswith("/agent"):
                 continue

@@ -70,7 +70,6 @@ from eu_audit.trace.records import (
     ResidueRecord,
     SessionRecord,
     SkippedStep,
-    TargetInfo,
 )
 from eu_audit.trace.session import Bundle, SessionTrace
 
@@ -145,7 +144,6 @@ def run_tenant(
         suite=ep.suite,
         transitions=len(ep.steps),
         seed=opts.seed,
-        target=TargetInfo(value=ep.target.value, variants=ep.target.variants, kind=ep.target.kind),
         source_id=ep.source_id,
         final_manifest=d.tx.post_forget,
         method=method,

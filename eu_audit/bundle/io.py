@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from eu_audit.bundle.records import (
+    READS,
     RECORD_ADAPTER,
-    SCHEMA_VERSION,
     SESSION_SCOPED,
     AgentForgetRecord,
     BlockRecord,
@@ -71,9 +71,9 @@ def _check_header_line(path: Path) -> None:
             field="type",
         )
     version = obj.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READS:
         raise BadInput(
-            f"unsupported schema version {version!r}; this eu-audit reads {SCHEMA_VERSION}",
+            f"unsupported schema version {version!r}; this eu-audit reads {', '.join(READS)}",
             path=str(path),
             line=1,
             field="schema_version",

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from eu_audit.trace.records import (
+    READS,
     SCHEMA_VERSION,
     AgentForgetRecord,
     BlockRecord,
@@ -31,7 +32,6 @@ from eu_audit.trace.records import (
     ResidueRecord,
     SessionRecord,
     SinkPolicy,
-    TargetInfo,
     ToolCallRecord,
     _Record,
 )
@@ -84,6 +84,7 @@ def json_schema() -> dict[str, Any]:
 
 
 __all__ = [
+    "READS",
     "RECORD_ADAPTER",
     "SCHEMA_VERSION",
     "SESSION_SCOPED",
@@ -102,7 +103,6 @@ __all__ = [
     "Record",
     "SessionRecord",
     "SinkPolicy",
-    "TargetInfo",
     "ToolCallRecord",
     "json_schema",
 ]

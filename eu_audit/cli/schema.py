@@ -31,7 +31,7 @@ def schema(
     ] = None,
     force: Force = False,
 ) -> None:
-    """Print a JSON Schema: a trace-bundle line (eu-audit/trace@1), an episode (eu-audit/episode@1), the
+    """Print a JSON Schema: a trace-bundle line (eu-audit/trace@2), an episode (eu-audit/episode@1), the
     audit report (eu-audit/audit@1), the contract an agent under test serves (agent-api) or a line of
     serve's request log (serve-log)."""
     from eu_audit.bundle.records import json_schema

@@ -36,7 +36,6 @@ from eu_audit.trace.records import (
     ObservationRecord,
     SessionRecord,
     SinkPolicy,
-    TargetInfo,
     ToolCallRecord,
 )
 from eu_audit.trace.session import SessionTrace
@@ -425,7 +424,6 @@ class Agent:
             suite=ep.suite,
             transitions=len(ep.steps),
             seed=self.settings.seed,
-            target=TargetInfo(value=ep.target.value, variants=ep.target.variants, kind=ep.target.kind),
             source_id=ep.source_id,
             final_manifest=list(self.context.manifest),
             memory_final=[

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from eu_audit.checkpoints import Checkpoint, CheckpointPolicy
 from eu_audit.defaults import TURN_MAX_TOKENS, TURN_TEMPERATURE
-from eu_audit.episodes import MAX_NEW_TOKENS, Episode, Phase, StepKind
+from eu_audit.episodes import MAX_NEW_TOKENS, Episode, Phase, StepKind, Target
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
 from eu_audit.trace.blocks import RuntimeBlock
 
-SCHEMA_VERSION = "eu-audit/trace@1"
+SCHEMA_VERSION = "eu-audit/trace@2"
+#: the versions this eu-audit reads: trace@1 kept a copy of the session's target beside its episode's (the
+#: copy must equal it, and is dropped on reading: the target is stored once, in the episode)
+READS = ("eu-audit/trace@1", SCHEMA_VERSION)
 
 
 class _Record(BaseModel):
@@ -70,6 +73,13 @@ class Header(_Record):
     model: ModelInfo
     engine: str
 
+    @field_validator("schema_version")
+    @classmethod
+    def _read_as_current(cls, version: str) -> str:
+        """A version this eu-audit reads is held, and written again, as the current one: its records are
+        read into today's shapes (``SessionRecord`` drops trace@1's copy of the target)."""
+        return SCHEMA_VERSION if version in READS else version
+
     @property
     def side(self) -> Side:
         """Which side made the run (``record --agent``: black)."""
@@ -83,12 +93,6 @@ class Header(_Record):
     checkpoint_policy: CheckpointPolicy
     parent_digest: str | None = None  # sha256 of the bundle this one was derived from
     kv_sidecar: str | None = None  # file name of a safetensors sidecar, if one was asked for
-
-
-class TargetInfo(_Record):
-    value: str
-    variants: list[str] = Field(default_factory=list)
-    kind: str = "identifier"
 
 
 class MemoryEntry(_Record):
@@ -130,7 +134,6 @@ class SessionRecord(_Record):
     suite: str
     transitions: int  # T
     seed: int
-    target: TargetInfo
     source_id: str
     final_manifest: list[str] = Field(default_factory=list)  # blocks resident in the cache at R_T
     memory_final: list[MemoryEntry] = Field(default_factory=list)  # the persistent store at R_T
@@ -140,6 +143,23 @@ class SessionRecord(_Record):
     sink_policy: SinkPolicy | None = None  # information-flow sink policy in force (B8, B9)
     skipped: list[SkippedStep] = Field(default_factory=list)  # black-box runs: steps not driven, and why
     episode: Episode  # the script, counterfactual stream included: bundles are self-contained for replay
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_once(cls, data: Any) -> Any:
+        """A trace@1 line's copy of the target: refused unless it is the episode's, then dropped."""
+        if isinstance(data, dict) and "target" in data:
+            data = dict(data)
+            copy, episode = data.pop("target"), data.get("episode")
+            mine = episode.get("target") if isinstance(episode, dict) else getattr(episode, "target", None)
+            if Target.model_validate(copy) != Target.model_validate(mine):
+                raise ValueError("its target differs from its episode's target (trace@1 kept both)")
+        return data
+
+    @property
+    def target(self) -> Target:
+        """z: the episode's target (stored once, in the episode)."""
+        return self.episode.target
 
 
 class ObservationRecord(_Record):
