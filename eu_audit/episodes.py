@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from eu_audit.matching import contains_target
+from eu_audit.matching import TargetMatcher, contains_target
 
 #: the most tokens one model turn may decode (a turn that runs away is a bad episode, not a long run)
 MAX_NEW_TOKENS = 1024
@@ -71,6 +71,10 @@ class Target(BaseModel):
     value: str
     variants: list[str] = Field(default_factory=list)
     kind: str = "identifier"
+
+    def matcher(self) -> TargetMatcher:
+        """Where this target is found: its value, variants and paraphrases (one matcher per target)."""
+        return TargetMatcher.of(self.value, self.variants)
 
 
 class MemoryItem(BaseModel):

@@ -105,3 +105,15 @@ def test_an_episode_whose_target_is_written_in_greek_is_accepted_and_its_target_
     got = type(ep).model_validate(data)
     source = next(s for s in got.steps if s.source)
     assert TargetMatcher.of(greek).found_in(source.content.upper())  # upper-cased Greek too
+
+
+def test_a_targets_matcher_is_made_once_whoever_asks_for_it() -> None:
+    """The episode, the session rebuilt from a bundle and the driver all ask for z's matcher; they get one
+    object, so its paraphrases are worked out once per session."""
+    from eu_audit.episodes import Target
+
+    z = Target(value="Quay Street 99, Dunedin", variants=["Quay St 99"])
+    first = z.matcher()
+    assert TargetMatcher.of("Quay Street 99, Dunedin", ("Quay St 99",)) is first
+    assert Target.model_validate(z.model_dump()).matcher() is first
+    assert first.found_in("she lives at quay st. 99") and not first.found_in("Quay Street 98")

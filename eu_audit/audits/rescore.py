@@ -80,7 +80,7 @@ def _session_target(st: StateAudit, targets: Mapping[str, Target], source: str) 
             "so its target is unknown (pass the suite it came from with --suite)",
             path=source,
         )
-    return TargetMatcher.of(target.value, target.variants)
+    return target.matcher()
 
 
 def holds_target(text: str, matcher: TargetMatcher) -> bool:

@@ -55,7 +55,6 @@ from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step
 from eu_audit.errors import BadInput
-from eu_audit.matching import TargetMatcher
 from eu_audit.parallel import in_job_order
 from eu_audit.plan import RunPlan
 from eu_audit.progress import Progress, ProgressCounter
@@ -204,7 +203,7 @@ def _forget(
         by = bystander_tenant.kept(had, dumped)
         d.call(f"episode {ep.id}, {d.sid}, bystander reset", lambda: agent.reset(bystander))
     # before any later turn can evict what the forget left (--recheck at-once)
-    at_once = d.rechecks("agent", TargetMatcher.of(ep.target.value, ep.target.variants), at_once=True)
+    at_once = d.rechecks("agent", ep.target.matcher(), at_once=True)
     return [forget], at_once, by
 
 
@@ -328,8 +327,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     # opaque tenant names: nothing the agent is told says which tenant is the reference
     names = {(i, method): secrets.token_hex(8) for i, _, method, _ in canonical}
     tenants = {
-        names[(i, method)]: Tenant(f"s{i}", method, TargetMatcher.of(ep.target.value, ep.target.variants))
-        for i, ep, method, _ in canonical
+        names[(i, method)]: Tenant(f"s{i}", method, ep.target.matcher()) for i, ep, method, _ in canonical
     }
     lanes: dict[str, tuple[str, str]] = {}
     disks: dict[str, DiskReport] = {}  # tenant -> what eu-audit read in its files

@@ -112,7 +112,7 @@ class Driver:
         self.toolset = load_toolset(ep.toolset)
         self.tools = [self._spec(name) for name in ep.tools if name in self.toolset]
         self.tx = Transcript(sid)
-        self.matcher = TargetMatcher.of(ep.target.value, ep.target.variants)
+        self.matcher = ep.target.matcher()
         self.log_from = serve.position() if serve.url and (caps.store_files or opts.store_paths) else 0
         self.after = False
         self.session = ""

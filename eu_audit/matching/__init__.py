@@ -34,7 +34,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from eu_audit.matching.fold import Folded, fold, fold_text, normalise
 from eu_audit.matching.numbers import NUMBER_WORDS, spell_digits
@@ -124,6 +124,11 @@ def _merge(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+@lru_cache(maxsize=4096)
+def _matcher(value: str, variants: tuple[str, ...]) -> TargetMatcher:
+    return TargetMatcher(value, variants)
+
+
 @dataclass(frozen=True)
 class TargetMatcher:
     """The target z with the variants a forget request names and the paraphrases the matcher adds."""
@@ -133,7 +138,9 @@ class TargetMatcher:
 
     @classmethod
     def of(cls, value: str, variants: Iterable[str] = ()) -> TargetMatcher:
-        return cls(value, tuple(variants))
+        """The matcher of this target and variants: one object per target in a process, however many
+        places ask for it, so its paraphrases are worked out once per session, not once per caller."""
+        return _matcher(value, tuple(variants)) if cls is TargetMatcher else cls(value, tuple(variants))
 
     @cached_property
     def variants(self) -> list[str]:

@@ -64,7 +64,7 @@ class SessionTrace:
         raise KeyError(block_id)
 
     def matcher(self) -> TargetMatcher:
-        return TargetMatcher.of(self.session.target.value, self.session.target.variants)
+        return self.session.target.matcher()
 
     def tau(self) -> int | None:
         """Where the target entered, or None when no block carries its source (a post-forget state
