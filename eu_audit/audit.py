@@ -41,6 +41,7 @@ from eu_audit.models import LoadedModel
 from eu_audit.progress import Progress
 from eu_audit.runtime.agent import derive_seed
 from eu_audit.runtime.memory import memory_text
+from eu_audit.trace.records import BLACK_BOX_ENGINE
 from eu_audit.trace.session import Bundle, SessionTrace
 from eu_audit.trace.state import StateBuilder
 from eu_audit.unlearn import check_bundle_model, engine_for, parse_methods, unlearn
@@ -175,7 +176,7 @@ def _audit_agent_run(bundle: Bundle, path: Path, opts: AuditOptions, t0: float) 
     agent, opts.k, opts.temperature = agent_states(bundle)
     probe_ids = [p.id for p in load_probes()]
     report = summarise(bundle, path, None, bundle.header.model.name, opts, probe_ids, agent, bundle.sessions)
-    report.engine = "agent"
+    report.engine = BLACK_BOX_ENGINE
     report.tampering = tampering(bundle)
     report.cost = {"wall_s": round(time.perf_counter() - t0, 1), "engine": "agent (no model runs)"}
     return report

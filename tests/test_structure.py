@@ -187,3 +187,17 @@ def test_each_data_set_module_is_named_once() -> None:
             if isinstance(node, ast.Constant) and str(node.value).startswith("eu_audit.datasets."):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []
+
+
+def test_no_code_compares_with_the_word_agent_it_names_the_side_or_the_tenant() -> None:
+    """"agent" names two things in a bundle: the engine of a run made from outside (``BLACK_BOX_ENGINE``,
+    read through ``Header.side``) and the forgetting tenant's method (``AGENT_METHOD``). Code compares
+    with those names, never with the bare word, so a reader knows which one it means."""
+    found = []
+    for path in sorted((ROOT / "eu_audit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(x, ast.Constant) and x.value == "agent" for x in (node.left, *node.comparators)
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

@@ -16,6 +16,7 @@ from eu_audit.audits.metrics import (
     utility,
 )
 from eu_audit.audits.state_evidence import FloorPair, NotMeasured, StateEvidence
+from eu_audit.trace.records import AGENT_METHOD
 
 WHITE: frozenset[Side] = frozenset({"white"})
 BLACK: frozenset[Side] = frozenset({"black"})
@@ -86,7 +87,8 @@ def _residue_disk(ev: StateEvidence) -> float | NotMeasured:
 
 def _bystander(ev: StateEvidence) -> float | NotMeasured | None:
     r = ev.residue
-    if r is None or (ev.trace.session.method or "agent") != "agent":  # only the forgetting tenant has one
+    # only the forgetting tenant has one
+    if r is None or (ev.trace.session.method or AGENT_METHOD) != AGENT_METHOD:
         return None
     if r.bystander_lost is None:
         return NotMeasured(

@@ -17,6 +17,7 @@ from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.audits.sensitivity import CONTROL
 from eu_audit.errors import BadInput
 from eu_audit.stats import stars
+from eu_audit.trace.records import AGENT_METHOD
 
 if TYPE_CHECKING:
     from eu_audit.audits.channels import Channel
@@ -124,7 +125,7 @@ def verdicts(report: AuditReport) -> dict[str, str]:
             if any(o == "insensitive" for o in got.values())
             else "forgets"
         )
-        if report.tampering and method == "agent":  # whatever its figures say, they cannot be trusted
+        if report.tampering and method == AGENT_METHOD:  # whatever its figures say, they cannot be trusted
             out[method] = "tampered"
     return out
 

@@ -12,7 +12,7 @@ from eu_audit.audits.scoring import StateEvidence, score
 from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.recheck import at_forget
 from eu_audit.blackbox.residue import snippet
-from eu_audit.trace.records import ResidueRecord
+from eu_audit.trace.records import AGENT_METHOD, ResidueRecord
 from eu_audit.trace.session import Bundle, SessionTrace
 
 
@@ -23,7 +23,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
         session_id=s.parent_session or s.session_id,
         episode_id=ep.id,
         suite=s.suite,
-        method=s.method or "agent",
+        method=s.method or AGENT_METHOD,
     )
     m = trace.matcher()
     for e in trace.elicitations:
@@ -148,7 +148,7 @@ def tampering(bundle: Bundle) -> list[Tampering]:
             out.append(
                 Tampering(
                     session_id=trace.session.parent_session or trace.session_id,
-                    tenant=trace.session.method or "agent",
+                    tenant=trace.session.method or AGENT_METHOD,
                     kind=kind,
                     count=count,
                     example=snippet_masked(first.tamper_examples.get(kind, "") if first else "", trace),

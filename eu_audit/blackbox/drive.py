@@ -61,6 +61,7 @@ from eu_audit.progress import Progress, ProgressCounter
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.world import World
 from eu_audit.trace.records import (
+    AGENT_METHOD,
     BLACK_BOX_ENGINE,
     AgentForgetRecord,
     Decoding,
@@ -122,7 +123,7 @@ def run_tenant(
     forgets: list[AgentForgetRecord] = []
     at_once: list[ResidueRecord] = []
     by: Kept | None = None
-    if method == "agent":
+    if method == AGENT_METHOD:
         # the agent's own model calls while it forgets (an LLM that rewrites its memory): logged as such,
         # neither before nor after the forget
         serve.mark(session=d.sid, method=method, tenant=tenant, phase="forget")
@@ -157,7 +158,7 @@ def run_tenant(
     if by is not None:
         update = {"bystander_records": by.records, "bystander_lost": by.lost, "bystander_example": by.example}
         trace.residues[0] = trace.residues[0].model_copy(update=update)
-    if method == "agent":  # forgets that come back: the reference never held z, nothing to recheck
+    if method == AGENT_METHOD:  # forgets that come back: the reference never held z, nothing to recheck
         trace.residues += at_once + d.rechecks(method, trace.matcher())
     return trace, d.tx.skipped
 
@@ -203,7 +204,7 @@ def _forget(
         by = bystander_tenant.kept(had, dumped)
         d.call(f"episode {ep.id}, {d.sid}, bystander reset", lambda: agent.reset(bystander))
     # before any later turn can evict what the forget left (--recheck at-once)
-    at_once = d.rechecks("agent", ep.target.matcher(), at_once=True)
+    at_once = d.rechecks(AGENT_METHOD, ep.target.matcher(), at_once=True)
     return [forget], at_once, by
 
 
@@ -376,7 +377,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             sent=serve.numbers.sent,
             tenants=tenants,
             lanes=lanes,
-            first=(f"s{canonical[0][0]}", "agent"),
+            first=(f"s{canonical[0][0]}", AGENT_METHOD),
         )
         found.attach(sessions)
     if progress:

@@ -36,6 +36,7 @@ from typing import Any
 
 from eu_audit.matching import TargetMatcher
 from eu_audit.tiers import DISK_TIERS
+from eu_audit.trace.records import AGENT_METHOD
 from eu_audit.trace.session import SessionTrace
 
 #: cosine similarity at which a stored vector is taken for the embedding of a text holding z (the same
@@ -339,7 +340,7 @@ def attach_disks(
             listed[f] = listed.get(f, 0) + 1
     shared = {f for f, n in listed.items() if n > 1}
     for trace in traces:
-        name = names.get((trace.session_id.split("/")[0], trace.session.method or "agent"), "")
+        name = names.get((trace.session_id.split("/")[0], trace.session.method or AGENT_METHOD), "")
         mine = disks.get(name)
         if mine is None or not trace.residues:
             continue

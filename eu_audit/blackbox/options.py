@@ -10,10 +10,11 @@ from eu_audit.blackbox.adapter import Bounds
 from eu_audit.defaults import SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.runtime.world import World
 from eu_audit.shards import Shard
+from eu_audit.trace.records import AGENT_METHOD
 
 #: the tenants of one session: the agent (its forget), the reference B5 (never fed z), and the positive
 #: control B0 (driven like the agent, never sent the forget: what each channel holds without a forget)
-RECORDED_METHODS: tuple[tuple[str, World], ...] = (("agent", "factual"), ("b5", "counterfactual"))
+RECORDED_METHODS: tuple[tuple[str, World], ...] = ((AGENT_METHOD, "factual"), ("b5", "counterfactual"))
 CONTROL_TENANT: tuple[str, World] = ("b0", "factual")
 ProbeKind = Literal["probe", "sample", "choice"]
 

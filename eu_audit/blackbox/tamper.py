@@ -36,6 +36,7 @@ from eu_audit.blackbox.residue import prompt_parts, tiers_with_z
 from eu_audit.matching import TargetMatcher
 from eu_audit.serve.control import CONTROL_ENDPOINTS
 from eu_audit.tiers import TAMPER_KINDS
+from eu_audit.trace.records import AGENT_METHOD
 from eu_audit.trace.session import SessionTrace
 
 MODEL_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
@@ -95,7 +96,7 @@ class TamperEvidence:
         """Keep each tenant's attempts on its first check's residue record (where merge and audit read
         them)."""
         for trace in traces:
-            where = (trace.session_id.split("/")[0], trace.session.method or "agent")
+            where = (trace.session_id.split("/")[0], trace.session.method or AGENT_METHOD)
             if where in self.counts and trace.residues:
                 trace.residues[0] = trace.residues[0].model_copy(
                     update={"tamper": self.counts[where], "tamper_examples": self.examples[where]}

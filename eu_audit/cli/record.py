@@ -23,6 +23,7 @@ from eu_audit.defaults import DTYPE, SAMPLES_K, TURN_MAX_TOKENS, TURN_TEMPERATUR
 from eu_audit.errors import BadInput
 from eu_audit.models import DEFAULT_MODEL
 from eu_audit.shards import Shard
+from eu_audit.trace.records import AGENT_METHOD
 
 if TYPE_CHECKING:
     from eu_audit.record import RecordResult
@@ -359,7 +360,7 @@ def _record_agent(opts: Any) -> None:
         skipped = "; ".join(f"t{x.t} {x.kind}: {x.reason}" for x in s.session.skipped) or "-"
         row = [Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store]
         if rechecks:
-            row.append(Text(recheck_cell(s.residues[1:]) if s.session.method == "agent" else "-"))
+            row.append(Text(recheck_cell(s.residues[1:]) if s.session.method == AGENT_METHOD else "-"))
         if tampered:
             row.append(Text(", ".join(f"{k} {n}" for k, n in sorted(r.tamper.items())) if r else "-"))
         table.add_row(*row)

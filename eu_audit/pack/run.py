@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from eu_audit.errors import EuAuditError
 from eu_audit.pack.case import Case, Release
 from eu_audit.servers import child_server
+from eu_audit.trace.records import AGENT_METHOD
 
 if TYPE_CHECKING:
     from eu_audit.audits.model import AuditReport
@@ -66,7 +67,7 @@ def _evidence(rep: AuditReport, failed: list[str]) -> str:
     from eu_audit.audits.ci_formats import rule_place
 
     lost = next((str(s.residue["bystander"].get("example", "")) for s in rep.states
-                 if s.method == "agent" and s.residue.get("bystander", {}).get("lost")), "")  # fmt: skip
+                 if s.method == AGENT_METHOD and s.residue.get("bystander", {}).get("lost")), "")  # fmt: skip
     said = []
     for g in rep.gates:
         if g.rule in failed:

@@ -57,6 +57,10 @@ def check_decoding(temperature: float, max_tokens: int) -> Decoding:
 #: the engine a black-box bundle names (``eu-audit record --agent``): a deployed agent seen from outside,
 #: no cache of ours to rebuild
 BLACK_BOX_ENGINE = "agent"
+#: the method a deployed agent's forgetting tenant is recorded under (beside ``b5``, its reference, and
+#: ``b0``, its positive control): the states a gate reads as ``agent.leak_probes``. The same word as the
+#: engine above, a different thing: one names the run's side, this one tenant's rows.
+AGENT_METHOD = "agent"
 #: which side made a run: states rebuilt from their cache (white), or a deployed agent from outside (black)
 Side = Literal["white", "black"]
 

@@ -19,10 +19,10 @@ from typing import Any
 
 from eu_audit.audits.model import AuditReport
 from eu_audit.errors import BadInput
+from eu_audit.trace.records import AGENT_METHOD
 
 #: the rechecks column: the channel over every recheck event (``eu_audit.audits.channels.LABELS``)
 RECHECKS_COLUMN = "after restart / compaction / turns"
-AGENT = "agent"
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,12 @@ def suite_verdict(rep: AuditReport, suite: str) -> tuple[str, int]:
     from eu_audit.audits.gate import PSEUDO_RULES, default_rules, evaluate, overall, parse_rule
 
     rules = [g.rule for g in rep.gates if g.rule not in PSEUDO_RULES] or default_rules(rep)
-    mine = [r for r in rules if parse_rule(r).method == AGENT and parse_rule(r).suite in ("all", suite)]
+    mine = [
+        r for r in rules if parse_rule(r).method == AGENT_METHOD and parse_rule(r).suite in ("all", suite)
+    ]
     if len(rep.suites) > 1:
         mine = [with_suite(r, suite) if parse_rule(r).suite == "all" else r for r in mine]
-    n = len({s.session_id for s in rep.states if s.method == AGENT and s.suite == suite})
+    n = len({s.session_id for s in rep.states if s.method == AGENT_METHOD and s.suite == suite})
     return overall([g.outcome for g in evaluate(rep, mine)]), n
 
 
@@ -65,7 +67,7 @@ def recheck_word(rep: AuditReport) -> tuple[str, int] | None:
     from eu_audit.audits.model import FLOOR
     from eu_audit.audits.sensitivity import CONTROL
 
-    states = [s for s in rep.states if s.method == AGENT and not s.error]
+    states = [s for s in rep.states if s.method == AGENT_METHOD and not s.error]
     floor = {s.session_id: s for s in rep.states if s.method == FLOOR and not s.error}
     control = {s.session_id: s for s in rep.states if s.method == CONTROL and not s.error} or None
     row = next((c for c in channels(states, floor, control) if c.name == LABELS["after"]), None)
