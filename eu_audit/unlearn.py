@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -16,12 +15,13 @@ from eu_audit.bundle.io import file_digest, read_bundle, write_bundle
 from eu_audit.bundle.validate import check_tokens
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.engines import ENGINES, KVEngine, abilities_of, open_engine
+from eu_audit.engines.base import factory_of
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path
 from eu_audit.matching import TargetMatcher
 from eu_audit.methods import METHODS, ForgetContext, all_methods, apply_method
 from eu_audit.methods.base import locate
-from eu_audit.models import LoadedModel, gguf_digest_unloaded
+from eu_audit.models import LoadedModel
 from eu_audit.progress import Progress
 from eu_audit.runtime.agent import AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
@@ -79,18 +79,12 @@ def engine_for(
     template, token ids) before it runs anything. A served bundle goes back to its server (``server``
     overrides the URL the header records)."""
     header = bundle.header
-    if model and header.engine == "llamacpp" and loaded is None:  # refuse a wrong --model before loading it
-        have = gguf_digest_unloaded(model)
+    factory = factory_of(header.engine)
+    if model and loaded is None:  # refuse a wrong --model before loading it, where the engine can tell
+        have = factory.weights_digest_unloaded(model)
         if have is not None:
             _same_model(bundle, model, "weights", "model.weight_digest", header.model.weight_digest, have)
-    options: dict[str, object] = {}
-    if header.engine == "openai":
-        recorded = (header.engine_facts.get("server") or {}).get("base_url")
-        options["server"] = server or os.environ.get("EU_AUDIT_SERVER") or recorded
-    if header.engine == "llamacpp":  # the context and micro-batch it was recorded in (record --ctx)
-        options.update(
-            {k: int(header.engine_facts[k]) for k in ("n_ctx", "n_ubatch") if header.engine_facts.get(k)}
-        )
+    options = factory.reopen_options(header.engine_facts, server=server)
     engine = open_engine(
         header.engine, model or header.model.name, dtype=header.model.dtype, loaded=loaded, **options
     )

@@ -133,3 +133,33 @@ def test_an_engine_declares_its_abilities_and_methods_declare_what_they_need() -
 
     with pytest.raises(BadInput, match="needs an engine that can excise"):
         check_engine(["b7", "excise"], "llamacpp")
+
+
+def test_an_engine_answers_whether_it_is_exact_and_how_to_reopen_a_recorded_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Verdicts ask the engine (``is_exact`` reads its ``Abilities``), and ``unlearn`` reopens a bundle's
+    engine from the engine's own ``reopen_options``: no module outside the engines names one to decide."""
+    from eu_audit.engines.base import factory_of, is_exact
+
+    # ours, and this file's recompute engine (exact by its own declaration)
+    assert [name for name in ENGINES.names() if is_exact(name)] == ["hf", "llamacpp", "recompute"]
+    assert not is_exact("agent")  # a black-box run's engine is no engine of ours
+
+    class Mine(LocalEngine):
+        name = "mine-exact"
+        abilities: ClassVar[Abilities] = Abilities(exact=True)
+
+    monkeypatch.setitem(ENGINES._items, "mine-exact", Mine)
+    assert is_exact("mine-exact") and factory_of("mine-exact").reopen_options({"n_ctx": 1}) == {}
+
+    facts = {"n_ctx": "4096", "n_ubatch": 512, "threads": 2}
+    assert factory_of("llamacpp").reopen_options(facts) == {"n_ctx": 4096, "n_ubatch": 512}
+    monkeypatch.delenv("EU_AUDIT_SERVER", raising=False)
+    served = factory_of("openai")
+    assert served.reopen_options({"server": {"base_url": "http://a"}}) == {"server": "http://a"}
+    assert served.reopen_options({"server": {"base_url": "http://a"}}, server="http://b") == {
+        "server": "http://b"
+    }
+    monkeypatch.setenv("EU_AUDIT_SERVER", "http://c")
+    assert served.reopen_options({"server": {"base_url": "http://a"}}) == {"server": "http://c"}

@@ -39,9 +39,8 @@ from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 from eu_audit.audits.sensitivity import EQUALITY, OPS, RuleLike, controlled, other_method, value_of
+from eu_audit.engines.base import is_exact  # engines whose replays are exact: equal states are a fact
 
-#: engines whose replays are exact (the canonical schedule): equal states there are a fact
-EXACT_ENGINES = ("llamacpp", "hf")
 DEFAULT_ALPHA = 0.05
 DEFAULT_MARGIN = 0.1
 MAX_N = 100_000
@@ -381,7 +380,7 @@ def decide(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) 
     if isinstance(ev, GateResult):
         return ev
     # a state that is the floor's token for token on an exact engine is B5's: it needs no control
-    floors_own = ev.identical and not ev.missing and report.engine in EXACT_ENGINES
+    floors_own = ev.identical and not ev.missing and is_exact(report.engine)
     if is_fact(rule.rhs):
         return controlled(report, rule, _fact(rule, ev), floors_own=floors_own)
     metric = weighed_metric(rule)
@@ -467,7 +466,7 @@ def _weigh(
             shown = f"worse than {against} by {mean:+.3g}"
         detail = f"{shown} on average, p = {p:.3g} < alpha {alpha} (n = {n})"
         return _result(rule, "failed", detail, test=test, n=n, p=p)
-    if ev.identical and not ev.missing and report.engine in EXACT_ENGINES and all(d <= 0 for d in ds):
+    if ev.identical and not ev.missing and is_exact(report.engine) and all(d <= 0 for d in ds):
         detail = (
             f"equal to the floor token for token in all {n} session(s) on an exact engine ({report.engine}): "
             "the states are B5's, so equality itself decides"

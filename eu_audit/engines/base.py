@@ -20,7 +20,7 @@ prefill (what selective replay does for content fixed in the counterfactual worl
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -188,6 +188,10 @@ class EngineFactory(Protocol):
     name: ClassVar[str]
     abilities: ClassVar[Abilities]
 
+    def reopen_options(self, facts: Mapping[str, Any], *, server: str | None = None) -> dict[str, Any]: ...
+
+    def weights_digest_unloaded(self, model: str) -> str | None: ...
+
     def open(
         self, model: str, *, dtype: str, loaded: LoadedModel | None = None, **options: Any
     ) -> KVEngine: ...
@@ -206,6 +210,18 @@ def abilities_of(name: str) -> Abilities:
     """The abilities engine ``name`` declares, without opening it (checks run before any compute)."""
     abilities: Abilities = ENGINES.get(name).abilities
     return abilities
+
+
+def is_exact(name: str) -> bool:
+    """Whether engine ``name`` replays exactly (its ``Abilities.exact``): False for a name no installed
+    engine has (a black-box run's, an engine whose plugin is gone)."""
+    return name in ENGINES and abilities_of(name).exact
+
+
+def factory_of(name: str) -> EngineFactory:
+    """The engine class registered as ``name`` (``BadInput`` naming the known ones)."""
+    factory: EngineFactory = ENGINES.get(name)
+    return factory
 
 
 def resolve_engine(name: str, model: str) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,7 +35,7 @@ import numpy as np
 from eu_audit.engines.base import ENGINES, Abilities, Branch
 from eu_audit.engines.schedule import LocalEngine, generator, pick
 from eu_audit.errors import BadInput, CropUnsupported, RunFailed
-from eu_audit.models import LoadedModel, load_gguf_model
+from eu_audit.models import LoadedModel, gguf_digest_unloaded, load_gguf_model
 
 WHEEL = "ik-llama-cpp-python"
 DEFAULT_CTX = 8192
@@ -185,6 +185,15 @@ class LlamaCppEngine(LocalEngine):
         vocab = C.llama_model_get_vocab(self._model)
         self.n_vocab = int(self._api.lib.llama_vocab_n_tokens(vocab))
         self._check_croppable()
+
+    @classmethod
+    def reopen_options(cls, facts: Mapping[str, Any], *, server: str | None = None) -> dict[str, Any]:
+        """The context and micro-batch the run was recorded in (``record --ctx``)."""
+        return {k: int(facts[k]) for k in ("n_ctx", "n_ubatch") if facts.get(k)}
+
+    @classmethod
+    def weights_digest_unloaded(cls, model: str) -> str | None:
+        return gguf_digest_unloaded(model)
 
     @classmethod
     def open(

@@ -18,7 +18,7 @@ keeps the rest of ``Schedule``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eu_audit.engines.base import Abilities, Branch, Sampling, TokenAccount
@@ -40,6 +40,19 @@ class Schedule:
     loaded: LoadedModel
     tokenizer: Any
     reuse_reported: bool = True
+
+    # -- how a recorded run opens it again (class-level: before any model loads) ------------------------
+    @classmethod
+    def reopen_options(cls, facts: Mapping[str, Any], *, server: str | None = None) -> dict[str, Any]:
+        """The options (``open_engine``'s) that open this engine again as a run recorded it, from the
+        bundle's engine facts; ``server`` is a URL the user gave for a served engine."""
+        return {}
+
+    @classmethod
+    def weights_digest_unloaded(cls, model: str) -> str | None:
+        """The digest of ``model``'s weights as this engine loads them, read without loading them, so a
+        wrong ``--model`` is refused first; None where only loading can tell."""
+        return None
 
     # -- what a subclass provides -----------------------------------------------------------------
     @property

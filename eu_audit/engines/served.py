@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eu_audit.engines.base import ENGINES, Abilities, Sampling, TokenAccount
@@ -149,6 +149,12 @@ class OpenAIEngine(Schedule):
         self.slot = SlotState.of(server.url, self.id_slot)
         self._segs: list[list[int]] = []  # the session's state, segment by segment
         self._restored = True  # the next request's cached tokens are what a restore kept (reuse)
+
+    @classmethod
+    def reopen_options(cls, facts: Mapping[str, Any], *, server: str | None = None) -> dict[str, Any]:
+        """Back to a server: the one given, else ``EU_AUDIT_SERVER``, else the one the run recorded."""
+        recorded = (facts.get("server") or {}).get("base_url")
+        return {"server": server or os.environ.get(SERVER_ENV) or recorded}
 
     @classmethod
     def open(
