@@ -190,9 +190,10 @@ def test_each_data_set_module_is_named_once() -> None:
 
 
 def test_no_code_compares_with_the_word_agent_it_names_the_side_or_the_tenant() -> None:
-    """The word "agent" names two things in a bundle: the engine of a run made from outside (``BLACK_BOX_ENGINE``,
-    read through ``Header.side``) and the forgetting tenant's method (``AGENT_METHOD``). Code compares
-    with those names, never with the bare word, so a reader knows which one it means."""
+    """The word "agent" names two things in a bundle: the engine of a run made from outside
+    (``BLACK_BOX_ENGINE``, read through ``Header.side``) and the forgetting tenant's method
+    (``AGENT_METHOD``). Code compares with those names, never with the bare word, so a reader knows which
+    one it means."""
     found = []
     for path in sorted((ROOT / "eu_audit").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
