@@ -62,14 +62,39 @@ Verdict = Literal["leaked", "suppressed", "erased", "never held", "not seen", "u
 #: the table's column order
 VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "never held", "not seen", "unknown")
 
-#: a gate's channel kind -> (the metric that says it was observed, the residue key of its tier counts);
-#: ``after``'s tiers are the recheck events (``eu_audit.blackbox.recheck``), observed when they ran
-KINDS: dict[str, tuple[str, str]] = {
-    "prompt": ("residue_context", "context_tiers"),
-    "store": ("residue_store", "store_tiers"),
-    "disk": ("residue_disk", "disk_tiers"),
-    "tool": ("leak_action", ""),
-    "after": ("", "after"),
+
+@dataclass(frozen=True)
+class ChannelKind:
+    """One kind of channel a gate names (``agent.prompt.user``, ``agent.store.memory``): the metric that
+    says a state observed it, where the state keeps its counts per tier and its quoted example, and the
+    label of its row over all its tiers."""
+
+    name: str
+    observed_by: str  # the metric ("": observed when it ran, the rechecks)
+    counts: str  # the residue key of its tier counts ("": the state's action sinks)
+    label: str
+    example: str = ""  # the residue key of the place it quotes ("": none)
+
+    def tiers(self, state: StateAudit) -> list[str]:
+        """The tiers this state counted (in the order it recorded them)."""
+        return list(state.residue.get(self.counts, {}) if self.counts else state.action_sinks)
+
+
+#: the channel kinds, by name; ``after``'s tiers are the recheck events (``eu_audit.blackbox.recheck``),
+#: observed when they ran
+CHANNEL_KINDS: dict[str, ChannelKind] = {
+    k.name: k
+    for k in (
+        ChannelKind(
+            "prompt", "residue_context", "context_tiers", "prompts after the forget", "context_example"
+        ),
+        ChannelKind("store", "residue_store", "store_tiers", "store dump", "store_example"),
+        ChannelKind(
+            "disk", "residue_disk", "disk_tiers", "files read by eu-audit (below the dump)", "disk_example"
+        ),
+        ChannelKind("tool", "leak_action", "", "tool arguments"),
+        ChannelKind("after", "", "after", "after the rechecks"),
+    )
 }
 #: the prompt tiers a gate names -> the tiers of serve's log they cover (``eu_audit.blackbox.residue``)
 PROMPT_TIERS: dict[str, tuple[str, ...]] = {
@@ -93,21 +118,6 @@ NOT_A_TIER = {
     "memory": "retrieved memory arrives in the system prompt: prompt.system",
     "summary": "a summary arrives in the system prompt: prompt.system",
 }
-#: a channel kind's row over all its tiers, and the residue key of its quoted example
-LABELS = {
-    "prompt": "prompts after the forget",
-    "store": "store dump",
-    "disk": "files read by eu-audit (below the dump)",
-    "tool": "tool arguments",
-    "after": "after the rechecks",
-}
-EXAMPLES = {
-    "prompt": "context_example",
-    "store": "store_example",
-    "disk": "disk_example",
-    "tool": "",
-    "after": "",
-}
 #: the serving layer's prefix cache: never observable through the contract. The run's model server is
 #: eu-audit serve, a stand-in for the one the agent is deployed on, so its cache says nothing of the
 #: agent's; a served engine's cache is measured white-box (``eu-audit audit --serving``, a decoy prefix)
@@ -128,7 +138,7 @@ SAID = {
 def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
     """How many items (prompts, store rows, tool calls) of ``kind.tier`` held z in this state; None when
     the channel was not observed (the reason is ``channel_unmeasured``)."""
-    observed, key = KINDS[kind]
+    observed, key = CHANNEL_KINDS[kind].observed_by, CHANNEL_KINDS[kind].counts
     if kind == "after":  # prompts, answers and store items holding z after that event
         got = state.residue.get(key, {}).get(tier)
         return None if got is None or "skipped" in got else float(got["held"])
@@ -176,7 +186,7 @@ def check_tier(kind: str, tier: str) -> str:
 
 
 def channel_unmeasured(state: StateAudit, kind: str, tier: str = "") -> str:
-    observed, key = KINDS[kind]
+    observed, key = CHANNEL_KINDS[kind].observed_by, CHANNEL_KINDS[kind].counts
     if kind == "after":
         got = state.residue.get(key, {}).get(tier)
         if got is None:
@@ -202,27 +212,24 @@ def floor_holds(floor: StateAudit | None, name: str) -> bool:
         return False
     if name in SAID:
         return (floor.values.get(SAID[name]) or 0) > 0
-    kind = next((k for k, label in LABELS.items() if label == name), "")
+    kind = next((k.name for k in CHANNEL_KINDS.values() if k.label == name), "")
     if kind:  # a kind's row over all its tiers: any tier of the floor's
-        _, key = KINDS[kind]
-        tiers = floor.residue.get(key, {}) if key else floor.action_sinks
-        return any((channel_value(floor, kind, t) or 0) > 0 for t in tiers)
+        return any((channel_value(floor, kind, t) or 0) > 0 for t in CHANNEL_KINDS[kind].tiers(floor))
     kind, _, tier = name.partition(".")
-    return kind in KINDS and kind != "after" and (channel_value(floor, kind, tier) or 0) > 0
+    return kind in CHANNEL_KINDS and kind != "after" and (channel_value(floor, kind, tier) or 0) > 0
 
 
 def control_holds(control: StateAudit, name: str) -> bool:
     """Whether the positive control (the no-forget tenant) of a session held z in the channel ``name``;
     for a recheck (``after.*``, which the control never runs) whether it kept z at all."""
-    if name.startswith("after.") or name == LABELS["after"]:
+    if name.startswith("after.") or name == CHANNEL_KINDS["after"].label:
         kept = (channel_value(control, k, t) or 0 for k in ("prompt", "store") for t in _tiers_of(control, k))
         return any(v > 0 for v in kept) or _leaked_out(control)
     return floor_holds(control, name)
 
 
 def _tiers_of(state: StateAudit, kind: str) -> list[str]:
-    _, key = KINDS[kind]
-    return list(state.residue.get(key, {}) if key else state.action_sinks)
+    return CHANNEL_KINDS[kind].tiers(state)
 
 
 def said_nothing(state: StateAudit, metric: str) -> str:
@@ -320,10 +327,7 @@ def channels(
             verdict = "not seen" if had is None else "erased" if control_holds(had, name) else "never held"
         out.setdefault(name, Channel(name)).add(verdict, why, example, floor=floor_holds(twin, name))
 
-    tiers = {
-        kind: sorted({t for s in states for t in (s.residue.get(key, {}) if key else s.action_sinks)})
-        for kind, (_, key) in KINDS.items()
-    }
+    tiers = {kind: sorted({t for s in states for t in k.tiers(s)}) for kind, k in CHANNEL_KINDS.items()}
     shown = {t: PROMPT_NAMES.get(t, t) for t in tiers["prompt"]}  # serve log's tier -> the gate's name
     tiers["after"] = list(dict.fromkeys(t for s in states for t in s.residue.get("after", {})))  # run order
     for s in states:
@@ -340,8 +344,8 @@ def channels(
             else:
                 quote = s.reply_example if metric == "leak_exact" and value > 0 else ""
                 add(s, name, "leaked" if value > 0 else "erased", example=quote)
-        for kind, (observed, _) in KINDS.items():
-            label = LABELS[kind]
+        for kind, k in CHANNEL_KINDS.items():
+            observed, label = k.observed_by, k.label
             if kind == "disk" and observed not in s.values and observed not in s.unmeasured:
                 continue  # an audit from before eu-audit read agents' files: no such row, as then
             if kind == "after":  # rows only for a run with rechecks; the label row: the worst event
@@ -356,7 +360,7 @@ def channels(
             if s.values.get(observed) is None:
                 add(s, label, "unknown", channel_unmeasured(s, kind))
                 continue
-            example = str(s.residue.get(EXAMPLES[kind], "")) if EXAMPLES[kind] else ""
+            example = str(s.residue.get(k.example, "")) if k.example else ""
             held = [t for t in tiers[kind] if (channel_value(s, kind, t) or 0) > 0]
             state_verdict: Verdict = "leaked" if kind == "tool" or leaked else "suppressed"
             add(s, label, state_verdict if held else "erased", example=example if held else "")

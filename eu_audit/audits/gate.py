@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from eu_audit.audits.channels import KINDS, check_tier
+from eu_audit.audits.channels import CHANNEL_KINDS, check_tier
 from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.audits.sensitivity import CONTROL, other_method
@@ -28,9 +28,9 @@ from eu_audit.registry import Registry
 _RULE = re.compile(
     r"^\s*([\w-]+)(?:\.([\w-]+))?\.(\w+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+|[a-z][a-z0-9]*)\s*$"
 )
-_CHANNEL_RULE = re.compile(  # the channel kinds are eu_audit.audits.channels.KINDS
+_CHANNEL_RULE = re.compile(  # the channel kinds are eu_audit.audits.channels.CHANNEL_KINDS
     r"^\s*([\w-]+)(?:\.([\w-]+))?\.("
-    + "|".join(KINDS)
+    + "|".join(CHANNEL_KINDS)
     + r")\.([\w-]+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$"
 )
 
@@ -62,7 +62,7 @@ def parse_rule(text: str) -> Rule:
     if not m:
         raise BadInput(
             f"gate '{text}': expected METHOD[.SUITE].METRIC OP VALUE (e.g. b7.leak_probes<=floor) or "
-            f"METHOD[.SUITE].CHANNEL.TIER OP N with CHANNEL one of {', '.join(KINDS)} "
+            f"METHOD[.SUITE].CHANNEL.TIER OP N with CHANNEL one of {', '.join(CHANNEL_KINDS)} "
             "(e.g. agent.store.history==0)"
         )
     method, suite, metric, op, rhs = m.groups()
@@ -147,7 +147,7 @@ def expand_gate_sets(
                 continue
             for rule in [*gate_set.rules, *extra]:
                 parsed = parse_rule(f"{method}.{rule}")
-                channel = "." in parsed.metric  # a channel is a black-box agent's (channels.KINDS)
+                channel = "." in parsed.metric  # a channel is a black-box agent's (channels.CHANNEL_KINDS)
                 sides = {"black"} if channel else METRICS.get(parsed.metric).sides
                 if side in sides and parsed.text not in out:
                     out.append(parsed.text)

@@ -21,7 +21,7 @@ from eu_audit.audits.model import AuditReport
 from eu_audit.errors import BadInput
 from eu_audit.trace.records import AGENT_METHOD
 
-#: the rechecks column: the channel over every recheck event (``eu_audit.audits.channels.LABELS``)
+#: the rechecks column: the channel over every recheck event (``eu_audit.audits.channels.CHANNEL_KINDS``)
 RECHECKS_COLUMN = "after restart / compaction / turns"
 
 
@@ -63,14 +63,14 @@ def suite_verdict(rep: AuditReport, suite: str) -> tuple[str, int]:
 def recheck_word(rep: AuditReport) -> tuple[str, int] | None:
     """The headline verdict of the row over every recheck event, and the sessions rechecked; None when the
     run had no rechecks."""
-    from eu_audit.audits.channels import LABELS, channels
+    from eu_audit.audits.channels import CHANNEL_KINDS, channels
     from eu_audit.audits.model import FLOOR
     from eu_audit.audits.sensitivity import CONTROL
 
     states = [s for s in rep.states if s.method == AGENT_METHOD and not s.error]
     floor = {s.session_id: s for s in rep.states if s.method == FLOOR and not s.error}
     control = {s.session_id: s for s in rep.states if s.method == CONTROL and not s.error} or None
-    row = next((c for c in channels(states, floor, control) if c.name == LABELS["after"]), None)
+    row = next((c for c in channels(states, floor, control) if c.name == CHANNEL_KINDS["after"].label), None)
     if row is None:
         return None
     return row.headline, sum(row.counts.values())
