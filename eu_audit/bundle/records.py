@@ -1,4 +1,5 @@
-"""Trace bundle v1, the file format: one record per JSONL line, tagged by ``type``.
+"""Trace bundle v2 (``eu-audit/trace@2``; v1 still reads), the file format: one record per JSONL line,
+tagged by ``type``.
 
 A bundle is a ``header`` line (schema version first), then per session a ``session`` record followed by
 its observations, blocks, tool calls, checkpoints, forget requests, ledgers and receipts, and a final
