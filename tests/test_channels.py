@@ -166,7 +166,7 @@ def test_a_misspelt_channel_never_passes(hiding: tuple[Path, AuditReport]) -> No
     assert store_residue("s", StoreDump(items=[]), m).stores == {}
     assert store_residue("s", None, m).stores is None  # no dump: which stores it has is unknown
     for s in rep.states:
-        s.residue.update(stores={}, store_tiers={})
+        s.residue.stores, s.residue.store_tiers = {}, {}
     got = {g.rule: g for g in evaluate(rep, ["agent.store.archive==0"])}["agent.store.archive==0"]
     assert got.outcome == "failed" and "(its stores: none)" in got.detail
 
@@ -184,7 +184,7 @@ def test_z_the_floor_also_holds_is_counted_beside_the_verdict_and_a_floor_gate_r
     agent = {s.session_id: s for s in rep.states if s.method == "agent"}
     for s in rep.states:
         if s.method == FLOOR:
-            s.residue = dict(agent[s.session_id].residue)
+            s.residue = agent[s.session_id].residue.model_copy(deep=True)
             s.values["residue_store"] = agent[s.session_id].values["residue_store"]
     got = {g.rule: g for g in evaluate(rep, [rule])}[rule]
     # z there only where the floor had it: nothing the forget left; and since the reference holds z there

@@ -66,8 +66,8 @@ def test_a_dump_that_hides_the_rows_holding_z_fails_naming_the_table(
     assert gates["agent.disk.rows==0"].outcome == "failed"  # eu-audit's read: the rows are there
     assert gates["agent.residue_disk==0"].outcome == "failed"
     assert (
-        "messages.content" in got["residue"]["disk_example"]
-        or "memories.text" in got["residue"]["disk_example"]
+        "messages.content" in got["residue"].disk_example
+        or "memories.text" in got["residue"].disk_example
     )
 
 
@@ -77,7 +77,7 @@ def test_a_delete_without_secure_delete_leaves_z_in_the_files_bytes_and_one_with
     plain = _gate(serve, "plain", tmp_path, monkeypatch)
     assert plain["gates"]["agent.disk.rows==0"].outcome == "held"  # the rows are gone
     assert plain["gates"]["agent.disk.bytes==0"].outcome == "failed"  # their bytes are not
-    where = plain["residue"]["disk_example"]
+    where = plain["residue"].disk_example
     assert ("page" in where or "WAL frame" in where) and ".sqlite" in where, where
     secure = _gate(serve, "secure", tmp_path, monkeypatch)
     for rule in (

@@ -78,3 +78,22 @@ def test_no_committed_audit_row_holds_a_target_the_matcher_finds() -> None:
                 checked += 1
                 clear += [f"{path.name} {state['session_id']}" for s in strings(state) if m.found_in(s)]
     assert checked > 1000 and clear == []
+
+
+def test_every_committed_audits_residue_reads_into_its_typed_record_and_writes_back_unchanged() -> None:
+    """A black-box state's residue is typed (``StateResidue``: tiers, examples, stores, the bystander, each
+    recheck); every committed audit reads into it and dumps the very keys and values it was written with."""
+    import json
+
+    from eu_audit.audits.model import AuditReport
+
+    seen = 0
+    for path in sorted(REPORTS.rglob("*.json")):
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, dict) or "states" not in raw:
+            continue
+        typed = AuditReport.model_validate(raw).model_dump(mode="json")
+        for before, after in zip(raw["states"], typed["states"], strict=True):
+            assert after["residue"] == before.get("residue", {}), path
+            seen += bool(before.get("residue"))
+    assert seen > 100  # the agents' reports hold residue (the white-box ones none)

@@ -77,7 +77,7 @@ class ChannelKind:
 
     def tiers(self, state: StateAudit) -> list[str]:
         """The tiers this state counted (in the order it recorded them)."""
-        return list(state.residue.get(self.counts, {}) if self.counts else state.action_sinks)
+        return list(state.residue.counts(self.counts) if self.counts else state.action_sinks)
 
 
 #: the channel kinds, by name; ``after``'s tiers are the recheck events (``eu_audit.blackbox.recheck``),
@@ -140,13 +140,13 @@ def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
     the channel was not observed (the reason is ``channel_unmeasured``)."""
     observed, key = CHANNEL_KINDS[kind].observed_by, CHANNEL_KINDS[kind].counts
     if kind == "after":  # prompts, answers and store items holding z after that event
-        got = state.residue.get(key, {}).get(tier)
-        return None if got is None or "skipped" in got else float(got["held"])
+        got = state.residue.after.get(tier)
+        return None if got is None or got.skipped else float(got.held)
     if state.values.get(observed) is None:
         return None
     if kind == "tool":
         return float(state.action_sinks.get(tier, 0))
-    held = state.residue.get(key, {})
+    held = state.residue.counts(key)
     if kind == "prompt" and tier in PROMPT_TIERS:  # a gate's name: the sum over the tiers it covers
         return float(sum(held.get(t, 0) for t in PROMPT_TIERS[tier]))
     return float(held.get(tier, 0))
@@ -156,7 +156,7 @@ def unknown_store(states: Iterable[StateAudit], tier: str) -> str:
     """Why ``store.tier`` names no store of these dumps ("" when some dump had it, or when a dump does not
     list its stores: bundles recorded before ``ResidueRecord.stores``): a store empty in one session is
     clean there, one no dump ever had is a misspelt name, and a gate on it fails closed."""
-    listed = [s.residue.get("stores") for s in states if s.residue]
+    listed = [s.residue.stores for s in states if s.residue]
     if not listed or any(names is None for names in listed):
         return ""
     seen = sorted({name for names in listed for name in names or {}})
@@ -186,12 +186,12 @@ def check_tier(kind: str, tier: str) -> str:
 
 
 def channel_unmeasured(state: StateAudit, kind: str, tier: str = "") -> str:
-    observed, key = CHANNEL_KINDS[kind].observed_by, CHANNEL_KINDS[kind].counts
+    observed = CHANNEL_KINDS[kind].observed_by
     if kind == "after":
-        got = state.residue.get(key, {}).get(tier)
+        got = state.residue.after.get(tier)
         if got is None:
             return f"no recheck '{tier}' ran (record --agent --recheck {tier or 'EVENT'})"
-        return str(got.get("skipped", ""))
+        return got.skipped
     return state.unmeasured.get(observed, f"{observed} not measured")
 
 
@@ -199,10 +199,10 @@ def _after(s: StateAudit, tier: str, leaked: bool) -> tuple[Verdict, str, str]:
     """One session's verdict on a recheck event: (verdict, why unknown, quoted place)."""
     if channel_value(s, "after", tier) is None:
         return "unknown", channel_unmeasured(s, "after", tier), ""
-    got = s.residue["after"][tier]
-    if not got["held"]:
+    got = s.residue.after[tier]
+    if not got.held:
         return "erased", "", ""
-    return ("leaked" if got["said"] or leaked else "suppressed"), "", str(got["example"])
+    return ("leaked" if got.said or leaked else "suppressed"), "", got.example
 
 
 def floor_holds(floor: StateAudit | None, name: str) -> bool:
@@ -329,7 +329,7 @@ def channels(
 
     tiers = {kind: sorted({t for s in states for t in k.tiers(s)}) for kind, k in CHANNEL_KINDS.items()}
     shown = {t: PROMPT_NAMES.get(t, t) for t in tiers["prompt"]}  # serve log's tier -> the gate's name
-    tiers["after"] = list(dict.fromkeys(t for s in states for t in s.residue.get("after", {})))  # run order
+    tiers["after"] = list(dict.fromkeys(t for s in states for t in s.residue.after))  # run order
     for s in states:
         leaked = _leaked_out(s)
         for name, metric in SAID.items():
@@ -360,11 +360,11 @@ def channels(
             if s.values.get(observed) is None:
                 add(s, label, "unknown", channel_unmeasured(s, kind))
                 continue
-            example = str(s.residue.get(k.example, "")) if k.example else ""
+            example = str(getattr(s.residue, k.example)) if k.example else ""
             held = [t for t in tiers[kind] if (channel_value(s, kind, t) or 0) > 0]
             state_verdict: Verdict = "leaked" if kind == "tool" or leaked else "suppressed"
             add(s, label, state_verdict if held else "erased", example=example if held else "")
-            per_tier = s.residue.get("disk_examples", {}) if kind == "disk" else {}
+            per_tier = s.residue.disk_examples if kind == "disk" else {}
             for t in tiers[kind]:
                 got = (channel_value(s, kind, t) or 0) > 0
                 # the one quote is of one tier; eu-audit's read of the files keeps one place per tier

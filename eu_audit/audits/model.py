@@ -7,7 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
 
 from eu_audit import __version__
 from eu_audit.trace.records import Side, side_of
@@ -22,6 +31,72 @@ class ProbeOutcome(BaseModel):
     probe: str
     text: str
     leaked: bool
+
+
+class _SetFieldsOnly(BaseModel):
+    """A record whose JSON holds only the fields that were set, as the dict it replaced did: the audit
+    JSONs written before it was typed read back, and are written again, unchanged. False when nothing
+    was set (a white-box state has no residue)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _set_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if k in self.model_fields_set}
+
+    def __bool__(self) -> bool:
+        return bool(self.model_fields_set)
+
+
+class RecheckOutcome(_SetFieldsOnly):
+    """What one recheck (``record --agent --recheck EVENT``, the channel ``after.EVENT``) found: items
+    holding z in the event's prompts, answers and dump (None: not observed), out of how many, whether z
+    *came back* (held after the event, in nothing right after the forget), one quoted place; or only why
+    it did not run."""
+
+    skipped: str = ""
+    prompts: int | None = None
+    answers: int | None = None
+    store: int | None = None
+    of: dict[str, int | None] = Field(default_factory=dict)
+    held: int = 0
+    back: bool = False
+    said: bool = False
+    example: str = ""
+
+
+class BystanderOutcome(_SetFieldsOnly):
+    """The bystander tenant's memories (``eu_audit.blackbox.bystander``) and how many the forget lost."""
+
+    records: int | None = None
+    lost: int = 0
+    example: str = ""
+
+
+class StateResidue(_SetFieldsOnly):
+    """Where a black-box state still held z after the forget, seen from outside: per tier counts and one
+    quoted place for the prompts (serve's log), the store dump and the files eu-audit read, the stores the
+    dump had, the bystander's memories, and each recheck's outcome."""
+
+    context_tiers: dict[str, int] = Field(default_factory=dict)
+    context_example: str = ""
+    store_tiers: dict[str, int] = Field(default_factory=dict)
+    store_example: str = ""
+    #: every store the dump held, name -> items ({}: an empty dump; None: no dump, names unknown)
+    stores: dict[str, int] | None = None
+    bystander: BystanderOutcome | None = None
+    disk_tiers: dict[str, int] = Field(default_factory=dict)
+    disk_example: str = ""
+    disk_examples: dict[str, str] = Field(default_factory=dict)  # one place per disk channel
+    disk_unread: dict[str, str] = Field(default_factory=dict)  # file -> why it was not measured
+    after: dict[str, RecheckOutcome] = Field(default_factory=dict)  # event -> outcome, in run order
+    control_key: str = ""  # the key that marked the requests counted as post-forget
+
+    def counts(self, field: str) -> dict[str, Any]:
+        """The per-tier counts a channel kind keeps in ``field`` (``ChannelKind.counts``)."""
+        got: dict[str, Any] = getattr(self, field)
+        return got
 
 
 class StateAudit(BaseModel):
@@ -46,7 +121,7 @@ class StateAudit(BaseModel):
     floor_samples: list[str] = Field(default_factory=list)
     sample_ids: list[list[int]] = Field(default_factory=list)  # generated ids of ``samples``
     #: a black-box state: where the target still was (tier -> count) and one quoted example per side
-    residue: dict[str, Any] = Field(default_factory=dict)
+    residue: StateResidue = Field(default_factory=StateResidue)
     #: a black-box state: one quoted place where the agent said z after the forget (its reply to a turn of
     #: the episode, a summary it wrote), for the channel row "replies after the forget"
     reply_example: str = ""

@@ -220,12 +220,12 @@ def forget_lines(report: AuditReport) -> list[str]:
                 f"{method}: its forget changed nothing its own dump shows (a no-op) in {len(noop)} of "
                 f"{len(judged)} session(s)."
             )
-        watched = [s.residue["bystander"] for s in mine if "bystander" in s.residue]
-        lost = [b for b in watched if b["lost"]]
+        watched = [s.residue.bystander for s in mine if s.residue.bystander is not None]
+        lost = [b for b in watched if b.lost]
         if lost:
             out.append(
                 f"{method}: its forget lost another tenant's memories (a bystander's) in {len(lost)} of "
-                f"{len(watched)} session(s), e.g. '{lost[0]['example']}'."
+                f"{len(watched)} session(s), e.g. '{lost[0].example}'."
             )
         elif watched:
             out.append(f"{method}: a bystander tenant kept every memory in all {len(watched)} session(s).")
@@ -383,21 +383,21 @@ def residue_lines(report: AuditReport) -> list[str]:
         ctx: dict[str, int] = {}
         store: dict[str, int] = {}
         for st in states:
-            for k, v in st.residue.get("context_tiers", {}).items():
+            for k, v in st.residue.context_tiers.items():
                 ctx[k] = ctx.get(k, 0) + v
-            for k, v in st.residue.get("store_tiers", {}).items():
+            for k, v in st.residue.store_tiers.items():
                 store[k] = store.get(k, 0) + v
         if ctx:
-            example = next(s.residue["context_example"] for s in states if s.residue.get("context_example"))
+            example = next(s.residue.context_example for s in states if s.residue.context_example)
             ranked = sorted(ctx.items(), key=lambda kv: -kv[1])
             where = ", ".join(f"prompt.{PROMPT_NAMES.get(k, k)} ({v} calls)" for k, v in ranked)
-            key = next((s.residue.get("control_key") for s in states if s.residue.get("control_key")), "")
+            key = next((s.residue.control_key for s in states if s.residue.control_key), "")
             marked = f" (requests marked post-forget under control key {key})" if key else ""
             lines.append(
                 f"{method}: after the forget, z still reached the model in: {where}; e.g. {example!r}{marked}"
             )
         if store:
-            example = next(s.residue["store_example"] for s in states if s.residue.get("store_example"))
+            example = next(s.residue.store_example for s in states if s.residue.store_example)
             kept = sorted(store.items(), key=lambda kv: -kv[1])
             where = ", ".join(f"store.{k} ({v} items)" for k, v in kept)
             lines.append(f"{method}: its store dump still holds z in: {where}; e.g. {example!r}")
@@ -409,14 +409,14 @@ def recheck_lines(method: str, states: list[StateAudit]) -> list[str]:
     """After which recheck event (``record --agent --recheck``) z was held again, in how many sessions,
     where, with one quoted place; events that could not run, with why."""
     lines = []
-    events = list(dict.fromkeys(e for s in states for e in s.residue.get("after", {})))
+    events = list(dict.fromkeys(e for s in states for e in s.residue.after))
     for event in events:
-        got = [s.residue["after"][event] for s in states if event in s.residue.get("after", {})]
-        skipped = [g["skipped"] for g in got if "skipped" in g]
+        got = [s.residue.after[event] for s in states if event in s.residue.after]
+        skipped = [g.skipped for g in got if g.skipped]
         if skipped:
             lines.append(f"{method}: after {event}: not measured in {len(skipped)} sessions ({skipped[0]})")
-        ran = [g for g in got if "skipped" not in g]
-        held = [g for g in ran if g["held"]]
+        ran = [g for g in got if not g.skipped]
+        held = [g for g in ran if g.held]
         if not ran:
             continue
         if not held:
@@ -424,12 +424,12 @@ def recheck_lines(method: str, states: list[StateAudit]) -> list[str]:
                 f"{method}: after {event}: z in none of {len(ran)} sessions (prompts, answers, dump)"
             )
             continue
-        back = [g for g in held if g.get("back")]
-        where = sorted({w for g in held for w in ("prompts", "answers", "store") if g.get(w)})
+        back = [g for g in held if g.back]
+        where = sorted({w for g in held for w in ("prompts", "answers", "store") if getattr(g, w)})
         came = f"came back in {len(back)}, " if back else ""
         lines.append(
             f"{method}: after {event}: z {came}held in {len(held)} of {len(ran)} sessions "
-            f"({', '.join(where)}); e.g. {(back or held)[0]['example']!r}"
+            f"({', '.join(where)}); e.g. {(back or held)[0].example!r}"
         )
     return lines
 

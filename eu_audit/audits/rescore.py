@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from eu_audit.audits.evidence import Mask
-from eu_audit.audits.model import AuditReport, StateAudit
+from eu_audit.audits.model import AuditReport, StateAudit, StateResidue
 from eu_audit.episodes import Target
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
@@ -121,7 +121,7 @@ def _rescore_state(st: StateAudit, matcher: TargetMatcher, mask: Mask, counts: R
             "samples": samples,
             "floor_samples": floor_samples,
             "reply_example": reply_example,
-            "residue": mask.value(st.residue),
+            "residue": StateResidue.model_validate(mask.value(st.residue.model_dump(mode="json"))),
         }
     )
 

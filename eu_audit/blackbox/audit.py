@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from eu_audit.audits.leakage import artifact_leak
 from eu_audit.audits.metrics import picked
-from eu_audit.audits.model import ProbeOutcome, StateAudit, Tampering
+from eu_audit.audits.model import (
+    BystanderOutcome,
+    ProbeOutcome,
+    RecheckOutcome,
+    StateAudit,
+    StateResidue,
+    Tampering,
+)
 from eu_audit.audits.scoring import StateEvidence, score
 from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.recheck import at_forget
@@ -49,28 +56,26 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
     score(st, StateEvidence("black", trace, m, art, st.probes, st.samples, st.choices, residue))
     if trace.residues:
         first = trace.residues[0]
-        st.residue = {
-            "context_tiers": first.context_tiers,
-            "context_example": first.context_example,
-            "store_tiers": first.store_tiers,
-            "store_example": first.store_example,
-        }
+        st.residue = StateResidue(
+            context_tiers=first.context_tiers,
+            context_example=first.context_example,
+            store_tiers=first.store_tiers,
+            store_example=first.store_example,
+        )
         if first.stores is not None:  # None: no dump, or a bundle from before the field (names unknown)
-            st.residue["stores"] = first.stores
+            st.residue.stores = first.stores
         if first.bystander_lost is not None:
-            st.residue["bystander"] = {
-                "records": first.bystander_records,
-                "lost": first.bystander_lost,
-                "example": first.bystander_example,
-            }
+            st.residue.bystander = BystanderOutcome(
+                records=first.bystander_records, lost=first.bystander_lost, example=first.bystander_example
+            )
         if first.disk is not None:  # eu-audit's own read of the agent's files (``forensics``)
-            st.residue["disk_tiers"] = first.disk
+            st.residue.disk_tiers = first.disk
             # the most specific place first: a live row, an orphan, a vector, then raw bytes
             order = ("rows", "orphans", "vectors", "bytes")
             where = next(((k, first.disk_examples[k]) for k in order if k in first.disk_examples), None)
-            st.residue["disk_example"] = f"[{where[0]}] {where[1]}" if where else ""
-            st.residue["disk_examples"] = dict(first.disk_examples)  # one place per channel (disk.<tier>)
-            st.residue["disk_unread"] = first.disk_unread
+            st.residue.disk_example = f"[{where[0]}] {where[1]}" if where else ""
+            st.residue.disk_examples = dict(first.disk_examples)  # one place per channel (disk.<tier>)
+            st.residue.disk_unread = first.disk_unread
         if len(trace.residues) > 1:
             # "came back": held after an event while no check right after the forget held it (the first
             # check, and the dump taken at once where --recheck at-once ran); never said of at-once itself
@@ -78,7 +83,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             held_at_once = bool(first.context_calls_with_z or first.store_items_with_z) or any(
                 r.store_items_with_z for r in early
             )
-            st.residue["after"] = {
+            st.residue.after = {
                 r.after: recheck_summary(r, held_at_once or at_forget(r.after)) for r in trace.residues[1:]
             }
     return st
@@ -106,26 +111,29 @@ def combined(records: list[ResidueRecord]) -> ResidueRecord | None:
     )
 
 
-def recheck_summary(r: ResidueRecord, held_at_once: bool) -> dict[str, object]:
+def recheck_summary(r: ResidueRecord, held_at_once: bool) -> RecheckOutcome:
     """What one recheck found, for the audit JSON and the channel ``after.<event>``: items holding z in
     the event's prompts, answers and dump (None: not observed), whether z *came back* (held after the
     event, in no prompt or dump item right after the forget), one quoted place, or why it did not run."""
     if r.skipped:
-        return {"skipped": r.skipped}
+        return RecheckOutcome(skipped=r.skipped)
     answer = f"[answer] {r.reply_example}" if r.reply_example else ""
     found = {
         "prompts": r.context_calls_with_z,
         "answers": r.replies_with_z,
         "store": r.store_items_with_z,
     }
-    return {
-        **found,
-        "of": {"prompts": r.context_calls, "answers": r.replies, "store": r.store_items},
-        "held": (held := sum(v for v in found.values() if v is not None)),
-        "back": bool(held) and not held_at_once,
-        "said": bool(r.replies_with_z),
-        "example": next((e for e in (answer, r.context_example, r.store_example) if e), ""),
-    }
+    held = sum(v for v in found.values() if v is not None)
+    return RecheckOutcome(
+        prompts=found["prompts"],
+        answers=found["answers"],
+        store=found["store"],
+        of={"prompts": r.context_calls, "answers": r.replies, "store": r.store_items},
+        held=held,
+        back=bool(held) and not held_at_once,
+        said=bool(r.replies_with_z),
+        example=next((e for e in (answer, r.context_example, r.store_example) if e), ""),
+    )
 
 
 def agent_states(bundle: Bundle) -> tuple[list[StateAudit], int, float]:
@@ -135,7 +143,7 @@ def agent_states(bundle: Bundle) -> tuple[list[StateAudit], int, float]:
     states = [agent_state(t, facts.capabilities.model_dump()) for t in bundle.sessions]
     for st in states:  # which key marked the requests counted as post-forget (serve_api)
         if st.residue:
-            st.residue["control_key"] = facts.serve_control_key
+            st.residue.control_key = facts.serve_control_key
     return states, facts.k, facts.temperature
 
 

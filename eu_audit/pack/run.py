@@ -66,8 +66,8 @@ def _evidence(rep: AuditReport, failed: list[str]) -> str:
     """The channel and quoted place each failed rule names, from the (masked) audit."""
     from eu_audit.audits.ci_formats import rule_place
 
-    lost = next((str(s.residue["bystander"].get("example", "")) for s in rep.states
-                 if s.method == AGENT_METHOD and s.residue.get("bystander", {}).get("lost")), "")  # fmt: skip
+    watched = [s.residue.bystander for s in rep.states if s.method == AGENT_METHOD and s.residue.bystander]
+    lost = next((b.example for b in watched if b.lost), "")
     said = []
     for g in rep.gates:
         if g.rule in failed:

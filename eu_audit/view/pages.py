@@ -6,11 +6,10 @@ JUnit file and the Markdown report use, so the four never disagree."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from eu_audit.audits.gate import gate_results, overall
 from eu_audit.audits.metric import TABLE_TITLES, table_metrics
-from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
+from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit, StateResidue
 from eu_audit.audits.output import fmt, row_order, shown_suites
 from eu_audit.audits.sensitivity import CONTROL
 
@@ -271,7 +270,7 @@ def _state_view(s: StateAudit) -> StateView:
     return StateView(s.method, s.error, leaks, probes, samples, _places(s.residue, s.action_sinks), forget)
 
 
-def _places(residue: dict[str, Any], sinks: dict[str, int]) -> list[tuple[str, str]]:
+def _places(residue: StateResidue, sinks: dict[str, int]) -> list[tuple[str, str]]:
     """Every place the audit found z in this state, with the count and the one quoted example."""
     out: list[tuple[str, str]] = []
     for key, example, prefix in (
@@ -279,30 +278,21 @@ def _places(residue: dict[str, Any], sinks: dict[str, int]) -> list[tuple[str, s
         ("store_tiers", "store_example", "store"),
         ("disk_tiers", "disk_example", "disk"),
     ):
-        tiers = {k: v for k, v in (residue.get(key) or {}).items() if v}
+        tiers = {k: v for k, v in residue.counts(key).items() if v}
         if tiers:
             counts = ", ".join(f"{prefix}.{k}: {v}" for k, v in tiers.items())
-            out.append((counts, short(str(residue.get(example, "")))))
-    for path, why in (residue.get("disk_unread") or {}).items():
+            out.append((counts, short(str(getattr(residue, example)))))
+    for path, why in residue.disk_unread.items():
         out.append((f"not read: {path}", why))
-    by = residue.get("bystander") or {}
-    if by.get("lost"):
-        out.append(
-            (
-                f"bystander: {by['lost']} of {by.get('records', '?')} records lost",
-                short(by.get("example", "")),
-            )
-        )
-    for event, got in (residue.get("after") or {}).items():
-        if "skipped" in got:
-            out.append((f"after {event}: not measured", str(got["skipped"])))
-        elif got.get("held"):
-            out.append(
-                (
-                    f"after {event}: z held" + (" (came back)" if got.get("back") else ""),
-                    short(str(got.get("example", ""))),
-                )
-            )
+    by = residue.bystander
+    if by is not None and by.lost:
+        records = "?" if by.records is None else by.records
+        out.append((f"bystander: {by.lost} of {records} records lost", short(by.example)))
+    for event, got in residue.after.items():
+        if got.skipped:
+            out.append((f"after {event}: not measured", got.skipped))
+        elif got.held:
+            out.append((f"after {event}: z held" + (" (came back)" if got.back else ""), short(got.example)))
     for sink, n in sinks.items():
         if n:
             out.append((f"tool.{sink}: {n} call(s) carried z", ""))
