@@ -14,7 +14,7 @@ from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.defaults import DTYPE, TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.engines import AUTO, KVEngine, open_engine, resolve_engine
-from eu_audit.engines.llamacpp import micro_batch_for
+from eu_audit.engines.base import factory_of
 from eu_audit.engines.served import OpenAIEngine
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput, RunFailed
@@ -147,9 +147,7 @@ def record(
         raise BadInput("--concurrency must be at least 1")
     options: dict[str, object] = {"server": opts.server} if opts.server else {}
     if opts.ctx is not None:
-        if resolve_engine(opts.engine, opts.model) != "llamacpp":
-            raise BadInput("--ctx sizes the llamacpp engine's context; the other engines hold their own")
-        options.update(n_ctx=opts.ctx, n_ubatch=micro_batch_for(opts.ctx))
+        options.update(factory_of(resolve_engine(opts.engine, opts.model)).context_options(opts.ctx))
     engine = engine or open_engine(opts.engine, opts.model, dtype=opts.dtype, loaded=loaded, **options)
     if opts.kv_sidecar and not engine.abilities.kv_tensors:
         raise BadInput(f"--kv-sidecar needs KV tensors; engine '{engine.name}' holds none (use --engine hf)")

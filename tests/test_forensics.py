@@ -65,10 +65,7 @@ def test_a_dump_that_hides_the_rows_holding_z_fails_naming_the_table(
     assert gates["agent.residue_store==0"].outcome == "held"  # the agent's own word: nothing left
     assert gates["agent.disk.rows==0"].outcome == "failed"  # eu-audit's read: the rows are there
     assert gates["agent.residue_disk==0"].outcome == "failed"
-    assert (
-        "messages.content" in got["residue"].disk_example
-        or "memories.text" in got["residue"].disk_example
-    )
+    assert "messages.content" in got["residue"].disk_example or "memories.text" in got["residue"].disk_example
 
 
 def test_a_delete_without_secure_delete_leaves_z_in_the_files_bytes_and_one_with_it_holds(

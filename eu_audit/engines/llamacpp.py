@@ -192,6 +192,10 @@ class LlamaCppEngine(LocalEngine):
         return {k: int(facts[k]) for k in ("n_ctx", "n_ubatch") if facts.get(k)}
 
     @classmethod
+    def context_options(cls, n_ctx: int) -> dict[str, Any]:
+        return {"n_ctx": n_ctx, "n_ubatch": micro_batch_for(n_ctx)}
+
+    @classmethod
     def weights_digest_unloaded(cls, model: str) -> str | None:
         return gguf_digest_unloaded(model)
 

@@ -49,6 +49,12 @@ class Schedule:
         return {}
 
     @classmethod
+    def context_options(cls, n_ctx: int) -> dict[str, Any]:
+        """The options that size this engine's context to ``n_ctx`` tokens (``--ctx``); refused by an
+        engine whose context is not ours to size (the model's own, or the server's)."""
+        raise BadInput(f"--ctx sizes the llamacpp engine's context; the {cls.name} engine holds its own")
+
+    @classmethod
     def weights_digest_unloaded(cls, model: str) -> str | None:
         """The digest of ``model``'s weights as this engine loads them, read without loading them, so a
         wrong ``--model`` is refused first; None where only loading can tell."""

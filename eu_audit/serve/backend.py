@@ -269,13 +269,9 @@ def open_backend(model: str, engine: str, upstream: str | None, ctx: int | None 
             raise BadInput(f"--upstream {upstream}: {exc}") from None
         return Backend(upstream=upstream, model_name=name)
     from eu_audit.engines import open_engine
-    from eu_audit.engines.base import resolve_engine
+    from eu_audit.engines.base import factory_of, resolve_engine
 
-    options: dict[str, Any] = {}
-    if ctx is not None:
-        if resolve_engine(engine, model) != "llamacpp":
-            raise BadInput("--ctx sizes the llamacpp engine's context; the hf engine holds the model's own")
-        options["n_ctx"] = ctx
+    options = factory_of(resolve_engine(engine, model)).context_options(ctx) if ctx is not None else {}
     worker = ThreadPoolExecutor(1, thread_name_prefix="model")  # the model's one thread, from its load on
     eng = worker.submit(open_engine, engine, model, **options).result()
     return Backend(

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import inspect
 import json
 import os
 import re
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +166,16 @@ class Tenants:
                 del self.sessions[sid]
             self.sessions.update(saved)
 
+    def fork_session(self, session_id: str, *, deep: bool = True) -> str:
+        """A copy of the session under a new id (its table fields; ``deep``: nested ones too), saved with
+        its tenant's sessions; the agent copies its stack's own state for the new id."""
+        s = self.session(session_id)
+        new = uuid.uuid4().hex[:12]
+        with self.meta:
+            self.sessions[new] = copy.deepcopy(s) if deep else dict(s)
+        self.save_sessions(s["tenant"])
+        return new
+
     def drop_sessions(self, tenant: str) -> None:
         """The tenant's sessions gone from memory (``reset``)."""
         with self.meta:  # in place: other tenants' threads add sessions meanwhile
@@ -193,12 +205,26 @@ def actions(calls: list[Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def arguments(doc: str | None, port: int, data: str, data_help: str) -> argparse.ArgumentParser:
-    """The command line every agent takes (``--port``, ``--data``, ``--model``); it adds its own."""
+#: every agent's last way to forget: acknowledge and remove nothing (B0), the no-op a gate must fail
+NO_FORGET = {"none": "acknowledge and remove nothing (B0)"}
+
+
+def arguments(
+    doc: str | None, port: int, data: str, data_help: str, *, forgets: dict[str, str]
+) -> argparse.ArgumentParser:
+    """The command line every agent takes (``--port``, ``--data``, ``--model``, and ``--forget``: its ways
+    to forget, name -> what it does, the first the default, then ``none``); it adds its own."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=port)
     ap.add_argument("--data", type=Path, default=Path(data), help=data_help)
     ap.add_argument("--model", default="served", help="the model name sent to the endpoint")
+    ways = {**forgets, **NO_FORGET}
+    ap.add_argument(
+        "--forget",
+        choices=list(ways),
+        default=next(iter(ways)),
+        help="; ".join(f"{name}: {what}" for name, what in ways.items()),
+    )
     return ap
 
 

@@ -27,7 +27,6 @@ the episode and step (exit 3).
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime
 import os
 import re
@@ -197,12 +196,7 @@ class GraphitiAgent(Tenants):
         return turn
 
     def fork(self, sid: str) -> dict[str, Any]:
-        new = uuid.uuid4().hex[:12]
-        copied = copy.deepcopy(self.session(sid))
-        with self.meta:
-            self.sessions[new] = copied
-        self.save_sessions(copied["tenant"])
-        return {"session_id": new}
+        return {"session_id": self.fork_session(sid)}
 
     def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         self.remember_text(tenant, f"record-{body.id}", body.text)
@@ -272,12 +266,14 @@ class GraphitiAgent(Tenants):
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9005, "graphiti-agent-data", "one Kuzu database per tenant")
-    ap.add_argument(
-        "--forget",
-        choices=["graphiti", "none"],
-        default="graphiti",
-        help="graphiti: remove_episode of every episode that carries the target; none: remove nothing (B0)",
+    ap = arguments(
+        __doc__,
+        9005,
+        "graphiti-agent-data",
+        "one Kuzu database per tenant",
+        forgets={
+            "graphiti": "remove_episode of every episode that carries the target",
+        },
     )
     args = ap.parse_args()
     agent = GraphitiAgent(args.data, args.model, forget=args.forget)

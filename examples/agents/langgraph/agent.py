@@ -201,14 +201,10 @@ class LangGraphAgent(Tenants):
         return {"text": str(ai.content), "actions": actions}
 
     def fork(self, sid: str) -> dict[str, Any]:
-        new = uuid.uuid4().hex[:12]
-        copied = dict(self.session(sid))
-        with self.meta:
-            self.sessions[new] = copied
+        new = self.fork_session(sid, deep=False)
         values = self.graph.get_state(self._config(sid)).values
         if values:
             self.graph.update_state(self._config(new), values, as_node="model")
-        self.save_sessions(copied["tenant"])
         return {"session_id": new}
 
     def compact(self, sid: str) -> dict[str, Any]:
@@ -276,12 +272,14 @@ class LangGraphAgent(Tenants):
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9001, "langgraph-agent-data", "checkpointer and store")
-    ap.add_argument(
-        "--forget",
-        choices=["store", "none"],
-        default="store",
-        help="store: BaseStore.delete of the items that carry the target; none: delete nothing (B0)",
+    ap = arguments(
+        __doc__,
+        9001,
+        "langgraph-agent-data",
+        "checkpointer and store",
+        forgets={
+            "store": "BaseStore.delete of the items that carry the target",
+        },
     )
     ap.add_argument(
         "--index",

@@ -21,7 +21,6 @@ with LangMem's own error, which the harness reports with the episode and step (e
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import sqlite3
@@ -164,12 +163,7 @@ class LangMemAgent(Tenants):
         return turn
 
     def fork(self, sid: str) -> dict[str, Any]:
-        new = uuid.uuid4().hex[:12]
-        copied = copy.deepcopy(self.session(sid))
-        with self.meta:
-            self.sessions[new] = copied
-        self.save_sessions(copied["tenant"])
-        return {"session_id": new}
+        return {"session_id": self.fork_session(sid)}
 
     def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         """As LangMem's own write leaves a memory (kind ``Memory``, its text under ``content``)."""
@@ -237,12 +231,14 @@ class LangMemAgent(Tenants):
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9004, "langmem-agent-data", "the store and the sessions")
-    ap.add_argument(
-        "--forget",
-        choices=["langmem", "none"],
-        default="langmem",
-        help="langmem: delete the memories that carry the target; none: acknowledge and delete nothing (B0)",
+    ap = arguments(
+        __doc__,
+        9004,
+        "langmem-agent-data",
+        "the store and the sessions",
+        forgets={
+            "langmem": "delete the memories that carry the target",
+        },
     )
     args = ap.parse_args()
     agent = LangMemAgent(args.data, args.model, forget=args.forget)

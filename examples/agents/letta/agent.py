@@ -269,11 +269,20 @@ class LettaAgent(Tenants):
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9006, "letta-agent-data", "the Letta server's home and files")
+    ap = arguments(
+        __doc__,
+        9006,
+        "letta-agent-data",
+        "the Letta server's home and files",
+        forgets={
+            "letta": "the human block without the lines that carry the target (blocks.modify), the "
+            "archival passages that carry it deleted, the messages of every agent whose history carries it "
+            "reset",
+        },
+    )
     ap.add_argument(
         "--letta-port", type=int, default=8283, help="where the Letta server this script starts listens"
     )
-    ap.add_argument("--forget", choices=["letta", "none"], default="letta")
     ap.add_argument(
         "--max-steps",
         type=int,

@@ -204,13 +204,10 @@ class LlamaIndexAgent(Tenants):
         return self.turn(sid, msg)
 
     def fork(self, sid: str) -> dict[str, Any]:
-        s = self.session(sid)
-        new = uuid.uuid4().hex[:12]
-        history = self.wait(self.memory(s["tenant"], sid).aget_all())
-        self.wait(self.memory(s["tenant"], new).aset(history))
-        with self.meta:
-            self.sessions[new] = dict(s)
-        self.save_sessions(s["tenant"])
+        tenant = self.tenant_of(sid)
+        history = self.wait(self.memory(tenant, sid).aget_all())
+        new = self.fork_session(sid, deep=False)
+        self.wait(self.memory(tenant, new).aset(history))
         return {"session_id": new}
 
     def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
@@ -296,13 +293,16 @@ class LlamaIndexAgent(Tenants):
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9003, "llamaindex-agent-data", "a SQLite file per tenant")
-    ap.add_argument(
-        "--forget",
-        choices=["rewrite", "reset", "none"],
-        default="rewrite",
-        help="rewrite: Memory.set of each conversation without the target's messages, and the facts without "
-        "it; reset: Memory.reset of each conversation that holds it; none: remove nothing (B0)",
+    ap = arguments(
+        __doc__,
+        9003,
+        "llamaindex-agent-data",
+        "a SQLite file per tenant",
+        forgets={
+            "rewrite": "Memory.set of each conversation without the target's messages, and the facts "
+            "without it",
+            "reset": "Memory.reset of each conversation that holds it",
+        },
     )
     args = ap.parse_args()
     agent = LlamaIndexAgent(args.data, args.model, forget=args.forget)

@@ -27,7 +27,6 @@ cases on older releases.
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import sqlite3
@@ -237,12 +236,7 @@ class Mem0Agent(Tenants):
         return turn
 
     def fork(self, sid: str) -> dict[str, Any]:
-        new = uuid.uuid4().hex[:12]
-        copied = copy.deepcopy(self.session(sid))
-        with self.meta:
-            self.sessions[new] = copied
-        self.save_sessions(copied["tenant"])
-        return {"session_id": new}
+        return {"session_id": self.fork_session(sid)}
 
     def compact(self, sid: str) -> dict[str, Any]:
         s = self.session(sid)
@@ -358,20 +352,23 @@ def _call_ids(history: list[dict[str, Any]]) -> set[str]:
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9000, "mem0-agent-data", "mem0's stores, one folder per tenant")
+    ap = arguments(
+        __doc__,
+        9000,
+        "mem0-agent-data",
+        "mem0's stores, one folder per tenant",
+        forgets={
+            "mem0": "delete the memories that carry the target",
+            "delete_all": "Memory.delete_all(user_id) of the tenant",
+            "reset": "Memory.reset() of the tenant's own store and its conversations emptied (not with "
+            "--shared-store, where it would wipe every user)",
+        },
+    )
     ap.add_argument(
         "--infer",
         action="store_true",
         help="let mem0's LLM extract facts from each exchange (Memory.add infer=True); its extraction prompt "
         "is ~8,500 tokens, beyond SmolLM2's 8K context, so the default stores the messages as they are",
-    )
-    ap.add_argument(
-        "--forget",
-        choices=["mem0", "delete_all", "reset", "none"],
-        default="mem0",
-        help="mem0: delete the memories that carry the target; delete_all: Memory.delete_all(user_id) of the "
-        "tenant; reset: Memory.reset() of the tenant's own store and its conversations emptied (not with "
-        "--shared-store, where it would wipe every user); none: acknowledge and delete nothing (B0)",
     )
     ap.add_argument(
         "--shared-store",

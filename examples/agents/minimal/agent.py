@@ -118,12 +118,7 @@ class MinimalAgent(Tenants):
         return self.reply(session_id)
 
     def fork(self, session_id: str) -> dict[str, Any]:
-        s = self.session(session_id)
-        new = uuid.uuid4().hex[:12]
-        with self.meta:
-            self.sessions[new] = json.loads(json.dumps(s))
-        self.save(s["tenant"])
-        return {"session_id": new}
+        return {"session_id": self.fork_session(session_id)}
 
     def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
         self.memories_of(tenant).append({"id": body.id, "text": body.text})
@@ -176,12 +171,14 @@ class MinimalAgent(Tenants):
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9010, "minimal-agent-data", "a folder per tenant")
-    ap.add_argument(
-        "--forget",
-        choices=["remove", "none"],
-        default="remove",
-        help="remove: every memory and message that carries the target; none: remove nothing (B0)",
+    ap = arguments(
+        __doc__,
+        9010,
+        "minimal-agent-data",
+        "a folder per tenant",
+        forgets={
+            "remove": "every memory and message that carries the target",
+        },
     )
     args = ap.parse_args()
     agent = MinimalAgent(args.data, args.model, forget=args.forget)

@@ -227,14 +227,11 @@ class AgentsSDKAgent(Tenants):
         return self.run(sid, new)
 
     def fork(self, sid: str) -> dict[str, Any]:
-        s = self.session(sid)
-        new = uuid.uuid4().hex[:12]
-        items = self.items(s["tenant"], sid)
-        with self.store(s["tenant"], new) as store:
+        tenant = self.tenant_of(sid)
+        items = self.items(tenant, sid)
+        new = self.fork_session(sid, deep=False)
+        with self.store(tenant, new) as store:
             asyncio.run(store.add_items(items))
-        with self.meta:
-            self.sessions[new] = dict(s)
-        self.save_sessions(s["tenant"])
         return {"session_id": new}
 
     def inject_memory(self, tenant: str, body: MemoryRecord) -> dict[str, Any]:
@@ -290,13 +287,15 @@ class AgentsSDKAgent(Tenants):
 
 
 def main() -> None:
-    ap = arguments(__doc__, 9002, "openai-agents-data", "one SQLite file per tenant")
-    ap.add_argument(
-        "--forget",
-        choices=["rewrite", "clear", "none"],
-        default="rewrite",
-        help="rewrite: re-add each session's items without the target; clear: clear_session of every "
-        "session that holds it; none: acknowledge and remove nothing (B0)",
+    ap = arguments(
+        __doc__,
+        9002,
+        "openai-agents-data",
+        "one SQLite file per tenant",
+        forgets={
+            "rewrite": "re-add each session's items without the target",
+            "clear": "clear_session of every session that holds it",
+        },
     )
     ap.add_argument(
         "--session",
