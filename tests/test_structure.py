@@ -114,9 +114,9 @@ def test_an_address_with_joining_words_between_its_parts_is_still_the_address() 
 
 def test_the_agent_is_split_and_no_class_dwarfs_the_rest() -> None:
     fn, body, cls = structure.largest(ROOT / "eu_audit")
-    assert cls.lines <= 361, cls  # Agent
-    assert fn.lines <= 112, fn  # cli.record: a signature of 30 options, one line each
-    assert body.lines <= 86, body
+    assert cls.lines <= 360, cls  # Agent
+    assert fn.lines <= 111, fn  # cli.audit: a signature of options, one line each
+    assert body.lines <= 82, body  # blackbox.agent_server's app (record_agent, 84, went to RunPlan)
 
 
 def test_engine_abilities_are_read_by_name_nowhere() -> None:
