@@ -13,6 +13,7 @@ from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path
 from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
+from eu_audit.trace.records import session_id_of
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class PlannedSession:
 
     @property
     def session_id(self) -> str:
-        return f"s{self.index}"
+        return session_id_of(self.index)
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,9 @@ def record(
             counter.tick(f"{sid} {ep.id}")
         if opts.kv_sidecar:
             kv.update({f"{sid}.{k}": v for k, v in eng.kv_tensors().items()})
-        return agent.trace()
+        trace = agent.trace()
+        trace.session.index = planned.index
+        return trace
 
     try:
         if opts.concurrency > 1:

@@ -1,9 +1,10 @@
 """Shards: one run's sessions split across machines, and joined back into the run it would have been.
 
 ``--shard I/N`` keeps session i (numbered across the whole run, suites in order) when i mod N = I - 1.
-A shard's sessions keep their run-wide ids (``s{i}``) and seeds, so session i is the same whichever
-shard ran it. ``merge`` joins shard bundles (the same model, engine, decoding, suite and seed; no session
-twice) into one bundle; shard audits join in ``eu_audit.audits.merge``.
+A shard's sessions keep their run-wide number (``SessionRecord.index``), id (``s{i}``) and seed, so
+session i is the same whichever shard ran it. ``merge`` joins shard bundles (the same model, engine,
+decoding, suite and seed; no session twice) into one bundle; shard audits join in
+``eu_audit.audits.merge``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from eu_audit.errors import BadInput
 
 T = TypeVar("T")
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-_INDEX = re.compile(r"^s(\d+)(?:/|$)")
 #: header facts that legitimately differ between shards of one run (each serve, each run's own key)
 PER_SHARD_FACTS = (
     "shard",
@@ -57,9 +57,9 @@ class Shard:
         return [(i, x) for i, x in enumerate(items) if self.keeps(i)]
 
 
-def session_index(session_id: str) -> int:
-    m = _INDEX.match(session_id)
-    return int(m.group(1)) if m else 1 << 30
+def run_order(index: int | None, session_id: str) -> tuple[int, str]:
+    """Where a session falls in its run: by its run-wide number, sessions without one last."""
+    return (1 << 30 if index is None else index, session_id)
 
 
 def check_same_run(headers: Sequence[tuple[Path, Any]]) -> None:
@@ -120,7 +120,7 @@ def merge_bundles(paths: Sequence[Path], out: Path, *, force: bool = False) -> P
     facts["merged_from"] = [b.digest for b in bundles]
     header = bundles[0].header.model_copy(update={"engine_facts": facts})
     sessions = sorted(
-        (s for b in bundles for s in b.sessions), key=lambda s: (session_index(s.session_id), s.session_id)
+        (s for b in bundles for s in b.sessions), key=lambda s: run_order(s.session.index, s.session_id)
     )
     write_bundle(out, Bundle(header=header, sessions=sessions, path=out).records())
     return out
@@ -134,9 +134,7 @@ def shard_bundle(path: Path, shard: Shard) -> Path:
     from eu_audit.trace.session import Bundle
 
     bundle = read_bundle(path)
-    kept = [
-        s for s in bundle.sessions if shard.keeps(session_index(s.session.parent_session or s.session_id))
-    ]
+    kept = [s for s in bundle.sessions if shard.keeps(run_order(s.session.index, s.session_id)[0])]
     if not kept:
         raise BadInput(f"--shard {shard}: no session of this bundle falls in this shard", path=str(path))
     out = path.with_name(f"{path.stem}.shard-{shard.index}-of-{shard.count}{path.suffix or '.jsonl'}")

@@ -373,6 +373,9 @@ def test_merged_shards_give_the_rows_and_p_values_of_one_run(tmp_path: Path) -> 
 
     held = [sorted({s.session.parent_session for s in read_bundle(p).sessions}) for p in parts]
     assert held == [["s0", "s3"], ["s1", "s4"], ["s2", "s5"]]  # session i in shard i mod 3, ids run-wide
+    # the run-wide number is a typed field of each session (its id is made from it, never parsed back)
+    numbers = [sorted({s.session.index for s in read_bundle(p).sessions}) for p in parts]
+    assert numbers == [[0, 3], [1, 4], [2, 5]]
     rules = ["agent.leak_probes<=floor", "agent.residue_store==0"]
 
     def verdicts(rep: AuditReport) -> list[tuple[str, str, float | None, int | None]]:

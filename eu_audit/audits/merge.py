@@ -13,7 +13,8 @@ from eu_audit.audits.gate import evaluate, gated_rules
 from eu_audit.audits.model import AuditReport, read_report
 from eu_audit.audits.summary import cells_of, drop_probes, floor_self_of, methods_of
 from eu_audit.errors import BadInput
-from eu_audit.shards import session_index
+from eu_audit.shards import run_order
+from eu_audit.trace.records import session_number
 
 #: what every shard audit of one run agrees on
 SAME_AUDIT = (
@@ -55,7 +56,8 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
                 )
             seen[key] = p
     states = sorted(
-        (st for r in reports for st in r.states), key=lambda st: (session_index(st.session_id), st.session_id)
+        (st for r in reports for st in r.states),
+        key=lambda st: run_order(session_number(st.session_id), st.session_id),
     )
     base = reports[0]
     methods = methods_of(states)

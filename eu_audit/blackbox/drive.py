@@ -70,6 +70,7 @@ from eu_audit.trace.records import (
     ResidueRecord,
     SessionRecord,
     SkippedStep,
+    session_id_of,
 )
 from eu_audit.trace.session import Bundle, SessionTrace
 
@@ -106,13 +107,14 @@ def run_tenant(
     outbox: Outbox,
     ep: Episode,
     opts: AgentRecordOptions,
-    sid: str,
+    index: int,
     method: str,
     world: World,
     tenant: str,
     fed: list[tuple[float, str]] | None = None,
     disks: dict[str, DiskReport] | None = None,
 ) -> tuple[SessionTrace, list[SkippedStep]]:
+    sid = session_id_of(index)
     d = Driver(agent, caps, serve, outbox, ep, opts, f"{sid}/{method}", world, tenant, fed)
     # marked before the agent hears of the tenant: on a lane, this opens it
     serve.mark(session=d.sid, method=method, tenant=tenant, phase="stream")
@@ -148,6 +150,7 @@ def run_tenant(
         final_manifest=d.tx.post_forget,
         method=method,
         parent_session=sid,
+        index=index,
         skipped=d.tx.skipped,
         episode=ep,
     )
@@ -328,7 +331,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     # opaque tenant names: nothing the agent is told says which tenant is the reference
     names = {(i, method): secrets.token_hex(8) for i, _, method, _ in canonical}
     tenants = {
-        names[(i, method)]: Tenant(f"s{i}", method, ep.target.matcher()) for i, ep, method, _ in canonical
+        names[(i, method)]: Tenant(session_id_of(i), method, ep.target.matcher())
+        for i, ep, method, _ in canonical
     }
     lanes: dict[str, tuple[str, str]] = {}
     disks: dict[str, DiskReport] = {}  # tenant -> what eu-audit read in its files
@@ -338,11 +342,11 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         i, ep, method, world = job
         lane = serve.for_tenant(mirror=opts.concurrency == 1) if per_tenant else serve
         if lane.lane:
-            lanes[lane.lane] = (f"s{i}", method)
+            lanes[lane.lane] = (session_id_of(i), method)
         name = names[(i, method)]
         fed = tenants[name].fed
-        trace, _ = run_tenant(agent, caps, lane, outbox, ep, opts, f"s{i}", method, world, name, fed, disks)
-        counter.tick(f"s{i} {method} {ep.id}")
+        trace, _ = run_tenant(agent, caps, lane, outbox, ep, opts, i, method, world, name, fed, disks)
+        counter.tick(f"{trace.session.parent_session} {method} {ep.id}")
         return trace
 
     try:
@@ -362,7 +366,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         raise
     outbox.close()
     by_id = {t.session_id: t for t in driven}
-    sessions = [by_id[f"s{i}/{method}"] for i, _, method, _ in canonical]
+    sessions = [by_id[f"{session_id_of(i)}/{method}"] for i, _, method, _ in canonical]
     for trace in sessions:
         trace.residues = [
             context_residue(r, entries, trace, digest, serve.url is not None, serve.key, set(tenants))
@@ -377,7 +381,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             sent=serve.numbers.sent,
             tenants=tenants,
             lanes=lanes,
-            first=(f"s{canonical[0][0]}", AGENT_METHOD),
+            first=(session_id_of(canonical[0][0]), AGENT_METHOD),
         )
         found.attach(sessions)
     if progress:

@@ -7,6 +7,7 @@ order here is also the file format; the bundle adds only the ``end`` record and 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -131,6 +132,21 @@ class SkippedStep(_Record):
     reason: str
 
 
+#: a session's id as eu-audit writes it: ``s{index}``, its run-wide number (a tenant's ``/method`` after it)
+_NUMBERED = re.compile(r"^s(\d+)(?:/|$)")
+
+
+def session_id_of(index: int) -> str:
+    """The id of the session numbered ``index`` in its run."""
+    return f"s{index}"
+
+
+def session_number(session_id: str) -> int | None:
+    """The run-wide number an id eu-audit wrote carries (``s4``, ``s4/agent``: 4); None for another id."""
+    m = _NUMBERED.match(session_id)
+    return int(m.group(1)) if m else None
+
+
 class SessionRecord(_Record):
     type: Literal["session"] = "session"
     session_id: str
@@ -139,6 +155,9 @@ class SessionRecord(_Record):
     transitions: int  # T
     seed: int
     source_id: str
+    #: the session's run-wide number (``session_id_of``): the same whichever shard ran it, so a shard keeps
+    #: its sessions by it and a merge orders by it; None where the run numbered none (a hand-made id)
+    index: int | None = None
     final_manifest: list[str] = Field(default_factory=list)  # blocks resident in the cache at R_T
     memory_final: list[MemoryEntry] = Field(default_factory=list)  # the persistent store at R_T
     method: str | None = None  # the forget method that produced this state (None: as recorded)
@@ -150,8 +169,11 @@ class SessionRecord(_Record):
 
     @model_validator(mode="before")
     @classmethod
-    def _target_once(cls, data: Any) -> Any:
-        """A trace@1 line's copy of the target: refused unless it is the episode's, then dropped."""
+    def _older_lines(cls, data: Any) -> Any:
+        """A trace@1 line: its copy of the target refused unless it is the episode's, then dropped; its
+        run-wide number read from its id."""
+        if isinstance(data, dict) and "index" not in data and isinstance(data.get("session_id"), str):
+            data = {**data, "index": session_number(data["session_id"])}
         if isinstance(data, dict) and "target" in data:
             data = dict(data)
             copy, episode = data.pop("target"), data.get("episode")
