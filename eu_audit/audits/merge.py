@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eu_audit.audits.gate import evaluate, gated_rules
+from eu_audit.audits.gate import gated_rules
 from eu_audit.audits.model import AuditReport, read_report
-from eu_audit.audits.summary import cells_of, drop_probes, floor_self_of, methods_of
+from eu_audit.audits.summary import decided_again, floor_self_of, methods_of
 from eu_audit.errors import BadInput
 from eu_audit.shards import run_order
 from eu_audit.trace.records import session_number
@@ -60,32 +60,24 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
         key=lambda st: run_order(session_number(st.session_id), st.session_id),
     )
     base = reports[0]
-    methods = methods_of(states)
-    dropped = drop_probes(states, base.probes)
     cost = {
         "wall_s": round(sum(float(r.cost.get("wall_s", 0) or 0) for r in reports), 1),
         "engine": str(base.cost.get("engine", base.engine)),
         "shards": len(reports),
     }
-    merged = base.model_copy(
-        update={
-            "bundle": ", ".join(r.bundle for r in reports),
-            "bundle_digest": ",".join(r.bundle_digest for r in reports),
-            "methods": methods,
-            "suites": sorted({st.suite for st in states}),
-            "probes_dropped": dropped,
-            "floor_self": floor_self_of(states),
-            "states": states,
-            "cells": cells_of(states, methods, base.margin, base.floor),
-            "gates": [],
-            "errors": sum(1 for st in states if st.error),
-            "cost": cost,
-        }
+    # each shard's gate was decided on its own sessions; the run's is decided on all of them
+    return decided_again(
+        base,
+        states,
+        shard_rules(reports),
+        bundle=", ".join(r.bundle for r in reports),
+        bundle_digest=",".join(r.bundle_digest for r in reports),
+        methods=methods_of(states),
+        suites=sorted({st.suite for st in states}),
+        floor_self=floor_self_of(states),
+        errors=sum(1 for st in states if st.error),
+        cost=cost,
     )
-    rules = shard_rules(reports)
-    if rules:  # each shard's gate was decided on its own sessions; the run's is decided on all of them
-        merged.gates = evaluate(merged, rules)
-    return merged
 
 
 def shard_rules(reports: Sequence[AuditReport]) -> list[str]:

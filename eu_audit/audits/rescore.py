@@ -130,8 +130,8 @@ def rescore(
     rep: AuditReport, targets: Mapping[str, Target], *, source: str = "", rescored_by: str = ""
 ) -> tuple[AuditReport, RescoreCounts]:
     """``rep`` with every text decided again by today's matcher and every statistic recomputed."""
-    from eu_audit.audits.gate import evaluate, gated_rules
-    from eu_audit.audits.summary import cells_of, drop_probes
+    from eu_audit.audits.gate import gated_rules
+    from eu_audit.audits.summary import decided_again
 
     live = [st for st in rep.states if not st.error]
     matchers = {st.episode_id: _session_target(st, targets, source) for st in live}
@@ -140,16 +140,4 @@ def rescore(
     states = [
         st if st.error else _rescore_state(st, matchers[st.episode_id], mask, counts) for st in rep.states
     ]
-    new = rep.model_copy(
-        update={
-            "states": states,
-            "probes_dropped": drop_probes(states, rep.probes),
-            "cells": cells_of(states, rep.methods, rep.margin, rep.floor),
-            "gates": [],
-            "rescored_by": rescored_by,
-        }
-    )
-    rules = gated_rules(rep)
-    if rules:
-        new.gates = evaluate(new, rules)
-    return new, counts
+    return decided_again(rep, states, gated_rules(rep), rescored_by=rescored_by), counts

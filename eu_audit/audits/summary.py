@@ -202,3 +202,26 @@ def audit_rows(report: AuditReport) -> list[dict[str, Any]]:
             row[m.name] = None if v is None else float(v)
         rows.append(row)
     return rows
+
+
+def decided_again(
+    base: AuditReport, states: list[StateAudit], rules: list[str], **update: Any
+) -> AuditReport:
+    """``base`` over ``states``, its figures decided again on them: the probes the floor drops, each
+    method's cells and the gate (``rules``); ``update`` carries the other fields that changed (a merge's
+    methods, bundles and cost; a re-score's matcher). One path for a merge of shards and a re-score."""
+    from eu_audit.audits.gate import evaluate
+
+    methods = update.get("methods", base.methods)
+    new = base.model_copy(
+        update={
+            "states": states,
+            "probes_dropped": drop_probes(states, base.probes),
+            "cells": cells_of(states, methods, base.margin, base.floor),
+            "gates": [],
+            **update,
+        }
+    )
+    if rules:
+        new.gates = evaluate(new, rules)
+    return new
