@@ -35,7 +35,6 @@ class RunPlan:
     sessions: tuple[PlannedSession, ...]  # the ones this shard runs, in run order
     out: Path
     state_dir: Path
-    shard: Shard | None = None
 
     @classmethod
     def make(
@@ -57,7 +56,7 @@ class RunPlan:
         chosen = shard.select(episodes) if shard else list(enumerate(episodes))
         if not chosen:
             raise BadInput(f"--shard {shard}: no session of the {len(episodes)} falls in this shard")
-        return cls(episodes, tuple(PlannedSession(i, ep) for i, ep in chosen), out, state, shard)
+        return cls(episodes, tuple(PlannedSession(i, ep) for i, ep in chosen), out, state)
 
 
 def pick_episodes(episodes: list[Episode], n: int | None) -> list[Episode]:

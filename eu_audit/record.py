@@ -66,8 +66,7 @@ STATE_FILES = ("memory.sqlite", "outbox.sqlite")  # what a recording keeps in it
 
 
 def _open_state(state_dir: Path, force: bool) -> tuple[MemoryStore, Outbox]:
-    if state_dir.exists() and not state_dir.is_dir():
-        raise BadInput("the state folder is a file", path=str(state_dir))
+    """The memory store and outbox in ``state_dir`` (``RunPlan`` checked it is no file)."""
     ours = [state_dir / f"{name}{ext}" for name in STATE_FILES for ext in ("", "-journal", "-wal", "-shm")]
     if any(p.exists() for p in ours):
         if not force:

@@ -223,13 +223,13 @@ def control_holds(control: StateAudit, name: str) -> bool:
     """Whether the positive control (the no-forget tenant) of a session held z in the channel ``name``;
     for a recheck (``after.*``, which the control never runs) whether it kept z at all."""
     if name.startswith("after.") or name == CHANNEL_KINDS["after"].label:
-        kept = (channel_value(control, k, t) or 0 for k in ("prompt", "store") for t in _tiers_of(control, k))
+        kept = (
+            channel_value(control, k, t) or 0
+            for k in ("prompt", "store")
+            for t in CHANNEL_KINDS[k].tiers(control)
+        )
         return any(v > 0 for v in kept) or _leaked_out(control)
     return floor_holds(control, name)
-
-
-def _tiers_of(state: StateAudit, kind: str) -> list[str]:
-    return CHANNEL_KINDS[kind].tiers(state)
 
 
 def said_nothing(state: StateAudit, metric: str) -> str:

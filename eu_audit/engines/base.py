@@ -210,8 +210,7 @@ AUTO = "auto"
 
 def abilities_of(name: str) -> Abilities:
     """The abilities engine ``name`` declares, without opening it (checks run before any compute)."""
-    abilities: Abilities = ENGINES.get(name).abilities
-    return abilities
+    return factory_of(name).abilities
 
 
 def is_exact(name: str) -> bool:

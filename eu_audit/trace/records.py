@@ -170,12 +170,13 @@ class SessionRecord(_Record):
     @model_validator(mode="before")
     @classmethod
     def _older_lines(cls, data: Any) -> Any:
-        """A trace@1 line: its copy of the target refused unless it is the episode's, then dropped; its
-        run-wide number read from its id."""
-        if isinstance(data, dict) and "index" not in data and isinstance(data.get("session_id"), str):
-            data = {**data, "index": session_number(data["session_id"])}
+        """A trace@1 line (it always held a copy of the target): the copy refused unless it is the
+        episode's, then dropped; the run-wide number it had no field for read from its id. A line made
+        today carries its number as written (``record`` and ``record --agent`` set it), never parsed."""
         if isinstance(data, dict) and "target" in data:
             data = dict(data)
+            if "index" not in data and isinstance(data.get("session_id"), str):
+                data["index"] = session_number(data["session_id"])
             copy, episode = data.pop("target"), data.get("episode")
             mine = episode.get("target") if isinstance(episode, dict) else getattr(episode, "target", None)
             if Target.model_validate(copy) != Target.model_validate(mine):
