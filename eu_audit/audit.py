@@ -31,8 +31,8 @@ from eu_audit.audits.metrics import (
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, ProbeOutcome, StateAudit
 from eu_audit.audits.options import AuditOptions  # re-exported: the library's documented name
 from eu_audit.audits.probes import Ask, Probe, ProbeRunner, load_probes, task_request
+from eu_audit.audits.rules import CONTROL
 from eu_audit.audits.scoring import StateEvidence, score
-from eu_audit.audits.sensitivity import CONTROL
 from eu_audit.audits.summary import summarise
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines import KVEngine, Sampling

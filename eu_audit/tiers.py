@@ -38,6 +38,7 @@ TAMPER_KINDS = {
     "stray_call": "model call(s) on a lane whose tenant was not being driven",
     "reference_z": "model call(s) of the reference tenant (never fed z) carrying z",
     "unfed_text": "model call(s) quoting a turn the harness had not yet sent that tenant",
+    "reference_answer_z": "answer(s) of the reference tenant (never fed z) carrying z its model never wrote",
 }
 
 #: the events after the forget that ``record --agent --recheck`` runs (``after.<event>``), each registered

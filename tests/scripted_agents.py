@@ -464,3 +464,22 @@ def smuggle_format() -> SmugglingAgent:
 
 def smuggle_split() -> SmugglingAgent:
     return SmugglingAgent("split")
+
+
+class FloorLifter(NotebookAgent):
+    """Hostile: its forget cleans its notebook, but it knows the suite's targets and says them to every
+    tenant, the reference (B5, never fed z) among them. Since the floor is read from the reference's
+    answers, saying z there lifts the floor its own answers are measured against."""
+
+    def __init__(self) -> None:
+        super().__init__(thorough=True)
+        from eu_audit.suites import load_suite
+
+        self.targets = [ep.target.value for ep in load_suite("builtin")]
+
+    def _answer(self, tenant: str) -> Turn:
+        return Turn(text=super()._answer(tenant).text + " | As I recall: " + "; ".join(self.targets))
+
+
+def floor_lifter() -> FloorLifter:
+    return FloorLifter()

@@ -1,7 +1,7 @@
-"""A hold needs a positive control that showed z: a rule whose control (B0, the state without the forget)
-never broke it on the rule's sessions cannot tell a forget from none, and reads *insensitive*, never held.
-Read from the committed SmolLM2 audit (10 sessions per suite), where B0 leaks on some suites and not on
-others; no model runs."""
+"""A hold is earned: the same rule, decided by the same test on the same sessions and suite, must *fail*
+for the no-forget control (B0). Otherwise it reads *insensitive*, never held, and says what would decide
+it. Read from the committed audits (the SmolLM2 audit: 10 sessions per suite, where B0 leaks on some
+suites and not on others); no model runs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audits.evidence import result_of
-from eu_audit.audits.gate import evaluate, exit_code
+from eu_audit.audits.gate import GATE_SETS, default_rules, evaluate, exit_code, parse_rule
+from eu_audit.audits.metric import METRICS
 from eu_audit.audits.model import AuditReport, read_report
+from eu_audit.audits.rules import CONTROL
+from eu_audit.audits.sensitivity import needs_control
 
 from .helpers import run_cli
 
@@ -29,14 +32,21 @@ def decided(rep: AuditReport, rules: list[str]) -> dict[str, tuple[str, str]]:
     return {g.rule: (g.outcome, g.control) for g in evaluate(rep, rules)}
 
 
-def test_a_rule_on_a_suite_where_b0_never_leaked_is_insensitive_and_b0s_rate_is_printed_beside_it(
+def test_a_rule_whose_control_broke_it_but_did_not_fail_it_is_insensitive_and_says_what_n_would(
     smol: AuditReport,
 ) -> None:
-    got = decided(smol, ["b1.agentdojo.leak_probes<=floor", "b1.bfcl-memory.leak_probes<=floor"])
-    outcome, control = got["b1.agentdojo.leak_probes<=floor"]
-    assert outcome == "insensitive" and "0 of 10" in control  # SmolLM2 never repeats z there, forget or not
-    outcome, control = got["b1.bfcl-memory.leak_probes<=floor"]
-    assert outcome == "inconclusive" and "3 of 10" in control  # B0 leaked in 3 (rows re-scored): it can see z
+    got = {
+        g.rule: g
+        for g in evaluate(smol, ["b1.agentdojo.leak_probes<=floor", "b1.bfcl-memory.leak_probes<=floor"])
+    }
+    never = got["b1.agentdojo.leak_probes<=floor"]  # SmolLM2 never repeats z there, forget or not
+    assert never.outcome == "insensitive" and "0 of 10" in never.control
+    assert never.n_needed is None and "no n decides it" in never.detail
+    # B0 leaked in 3 of 10 here (rows re-scored): once was enough before; 3 of 10 is no failure at n = 10
+    thin = got["b1.bfcl-memory.leak_probes<=floor"]
+    assert thin.outcome == "insensitive" and "3 of 10" in thin.control and "does not fail it" in thin.control
+    # both must decide: B0 fail it (n >= 16 at its rates) and the method's bound reach the margin (n >= 29)
+    assert thin.n_needed == 29 and "n >= 16" in thin.detail
 
 
 def test_a_no_op_forget_is_never_held(smol: AuditReport) -> None:
@@ -47,20 +57,68 @@ def test_a_no_op_forget_is_never_held(smol: AuditReport) -> None:
     assert exit_code(evaluate(smol, rules)) in (1, 4)
 
 
+def _control_rules(rep: AuditReport) -> list[str]:
+    """Every rule of every gate set and every default rule on z, held against B0 itself."""
+    rules = []
+    for name in GATE_SETS.names():
+        gate_set = GATE_SETS.get(name)
+        for r in [*gate_set.rules, *gate_set.where_measured]:
+            parsed = parse_rule(f"{CONTROL}.{r}")
+            sides = {"black"} if "." in parsed.metric else METRICS.get(parsed.metric).sides
+            if rep.side in sides:
+                rules.append(parsed.text)
+    on_z = [r for r in default_rules(rep, control=True) if r.startswith(f"{CONTROL}.")]
+    return rules + [r for r in on_z if needs_control(parse_rule(r).metric)]
+
+
+def test_the_no_forget_control_as_the_method_under_test_never_holds_any_rule_in_any_committed_audit() -> None:
+    """Over every committed audit JSON that recorded B0 (white-box and black-box, every gate set): fed as the
+    method under test, the forget that does nothing never holds."""
+    root = Path(__file__).parents[1]
+    audits = [
+        p
+        for d in ("reports", "pack")
+        for p in (root / d).rglob("*.json")
+        if b'"eu-audit/audit@1"' in p.read_bytes()[:200]
+    ]
+    held, decided_rules, with_b0 = [], 0, 0
+    for path in audits:
+        rep = read_report(path)
+        if CONTROL not in {s.method for s in rep.states}:
+            continue
+        with_b0 += 1
+        for g in evaluate(rep, _control_rules(rep)):
+            decided_rules += 1
+            if g.outcome == "held":
+                held.append(f"{path.relative_to(root)}: {g.rule} ({g.detail})")
+    assert with_b0 >= 30 and decided_rules >= 500, (with_b0, decided_rules)
+    assert not held, held
+
+
+def test_a_rule_without_a_suite_is_decided_per_suite_and_the_worst_decides(smol: AuditReport) -> None:
+    """B4's Leak@probes pooled over the four suites had a control of 3 of 40 (all from bfcl-memory), enough
+    for a hold before; per suite, each against its own control, no suite earns it."""
+    g = evaluate(smol, ["b4.leak_probes<=floor"])[0]
+    assert g.outcome == "insensitive" and g.n == 40
+    assert g.detail.startswith("per suite, the worst decides:")
+    assert all(f"{s} insensitive (n = 10)" in g.detail for s in smol.suites)
+
+
 def test_b7_equal_to_b5_token_for_token_needs_no_control(smol: AuditReport) -> None:
     got = decided(smol, ["b7.agentdojo.leak_probes<=floor"])
     assert got["b7.agentdojo.leak_probes<=floor"] == ("held", "")  # it is B5's state, on an exact engine
 
 
-def test_a_hold_with_no_b0_in_the_audit_is_insensitive(smol: AuditReport) -> None:
-    """At a wide margin B6's Leak@probes holds by its bound on bfcl-memory, where B0 leaked in 3 of 10;
-    without B0 in the audit nothing shows the measurement could see z there: the same data, insensitive."""
+def test_a_hold_with_a_thin_control_or_none_is_insensitive(smol: AuditReport) -> None:
+    """At a wide margin B6's Leak@probes holds by its bound on bfcl-memory, where B0 leaked in 3 of 10: that
+    control does not fail the rule, so the hold is not earned; without B0 in the audit, nothing shows the
+    measurement could see z there at all."""
     wide = smol.model_copy(update={"margin": 0.5})
     rule = "b6.bfcl-memory.leak_probes<=floor"
     with_b0 = evaluate(wide, [rule])[0]
     without = wide.model_copy(update={"states": [s for s in wide.states if s.method != "b0"]})
     alone = evaluate(without, [rule])[0]
-    assert with_b0.outcome == "held" and "3 of 10" in with_b0.control
+    assert with_b0.outcome == "insensitive" and "was held" in with_b0.detail and "3 of 10" in with_b0.control
     assert alone.outcome == "insensitive" and "not recorded" in alone.control
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from eu_audit import __version__
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult
-from eu_audit.audits.sensitivity import CONTROL
+from eu_audit.audits.rules import CONTROL
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -117,8 +117,9 @@ def sarif(rep: AuditReport, artifact: str) -> dict[str, Any]:
 def summary_markdown(rep: AuditReport) -> str:
     """A job summary a reader takes in at a glance: one word, one row per rule (outcome, n, what would
     decide it), the channels where z stayed with one quoted place, and where the details are."""
-    from eu_audit.audits.gate import gate_results, overall
+    from eu_audit.audits.gate import gate_results
     from eu_audit.audits.output import channel_lines, tamper_lines
+    from eu_audit.audits.rules import overall
 
     gates = gate_results(rep)
     word = overall([g.outcome for g in gates])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from eu_audit.audits.channels import CHANNEL_KINDS, check_tier
 from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
-from eu_audit.audits.sensitivity import CONTROL, other_method
+from eu_audit.audits.rules import CONTROL, other_method
 from eu_audit.errors import BadInput
 from eu_audit.registry import Registry
 
@@ -178,11 +178,11 @@ def evaluate(
     report: AuditReport, rules: Sequence[str], *, alpha: float | None = None, margin: float | None = None
 ) -> list[GateResult]:
     """Each rule's verdict (``eu_audit.audits.verdict``), and a failed pseudo-rule when a state errored."""
-    from eu_audit.audits.verdict import decide
+    from eu_audit.audits.sensitivity import earned_verdict
 
     a = report.alpha if alpha is None else alpha
     m = report.margin if margin is None else margin
-    results = [decide(report, r, alpha=a, margin=m) for r in (parse_rule(x) for x in rules)]
+    results = [earned_verdict(report, r, alpha=a, margin=m) for r in (parse_rule(x) for x in rules)]
     if report.errors:
         results.append(
             GateResult(
@@ -256,16 +256,6 @@ def not_measured(report: AuditReport) -> list[tuple[str, str, str]]:
                 if why:
                     out.append((method, m.name, "; ".join(why)))
     return out
-
-
-#: the order in which one word sums up several rules: the worst outcome any rule gave
-OUTCOME_ORDER = ("failed", "inconclusive", "insensitive", "held")
-
-
-def overall(outcomes: Iterable[str]) -> str:
-    """One word for a set of rule outcomes: the worst of them; "no rules" when nothing was gated."""
-    seen = set(outcomes)
-    return next((o for o in OUTCOME_ORDER if o in seen), "no rules")
 
 
 def gate_results(report: AuditReport) -> list[GateResult]:

@@ -231,7 +231,8 @@ class AuditReport(BaseModel):
     methods: list[str]
     suites: list[str]
     probes: list[str]
-    probes_dropped: dict[str, list[str]]  # suite -> probes that leak on the floor (B5)
+    #: suite -> each probe that leaked on the floor (B5) with its session ("direct in s3"): dropped there only
+    probes_dropped: dict[str, list[str]]
     floor_self: dict[str, dict[str, float | None]]  # suite -> B5 vs B5 (other seeds): the sampling floor
     states: list[StateAudit]
     cells: list[Cell]

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from eu_audit.audits.metric import METRICS, TABLE_TITLES, Metric, Shows, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
-from eu_audit.audits.sensitivity import CONTROL
+from eu_audit.audits.rules import CONTROL
 from eu_audit.errors import BadInput
 from eu_audit.stats import stars
 from eu_audit.trace.records import AGENT_METHOD
@@ -195,7 +195,7 @@ def summary_lines(report: AuditReport) -> list[str]:
     dropped = {s: p for s, p in report.probes_dropped.items() if p}
     if dropped:
         lines.append(
-            "Probes dropped (they leak on B5 itself): "
+            "Probes dropped where they leak on B5 itself, in that session only: "
             + "; ".join(f"{s}: {', '.join(p)}" for s, p in dropped.items())
             + "."
         )

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from eu_audit.audits.metric import Kind
 from eu_audit.audits.model import AuditReport, GateResult
-from eu_audit.audits.sensitivity import RuleLike
+from eu_audit.audits.rules import RuleLike
 from eu_audit.audits.verdict import gather, n_to_fail, n_to_hold, weigh, weighed_metric
 
 #: seeded runs per n where a rule's differences take more than two values: the chance is then within

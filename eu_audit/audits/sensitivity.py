@@ -1,123 +1,70 @@
-"""Sensitivity: could a verdict have come out the other way? A rule's *positive control*.
+"""Sensitivity: a hold is *earned* against the no-forget control, at the same n.
 
-A hold says "the forget left nothing here" only where the measurement would have seen z had it been
-there. On a white-box bundle the control of every rule on a metric that measures z (``Metric.control``)
-is the state that never got the forget, B0: on the rule's suite it must have broken the rule (against
-the floor: been worse than the floor's state) in at least one session. Where it never did, the rule is
-*insensitive*: this measurement did not see z even without the forget, so it cannot tell a forget from
-none, and it never counts as a hold (``eu_audit.audits.gate.exit_code``: exit 4 like inconclusive, unless
-``--on-insensitive pass``). A state equal to the floor's token for token on an exact engine needs no
-control: it is B5's state. On a black-box run the control is the no-forget tenant (``record --agent
---positive-control``, on by default), named B0 too: driven like the agent, never sent the forget; its
-channels, probes and samples are what the agent would show had it not forgotten.
+A hold says "the forget left nothing here" only where the measurement demonstrably catches a forget that
+does nothing. So every rule on a metric or channel that measures z (``Metric.control``, every channel) is
+decided twice, by the same test (``verdict.judge``) on the same sessions and suite: once for the method
+under test and once for the *positive control*, the state that never got the forget (B0: white-box, the
+method; black-box, the tenant driven like the agent and never sent the forget, ``record --agent
+--positive-control``, on by default). The method's hold stands only where the control **fails** the
+rule. Otherwise the rule is *insensitive*: it could not tell a forget from none at this n, it never counts
+as a hold (``gate.exit_code``: exit 4, unless ``--on-insensitive pass``), and it says why in the rule's
+terms and what would make it decide (more sessions, where the control's rates would fail it at some n; a
+model or probe that draws z out, where the control never showed z).
+
+- **Per suite, never pooled.** A rule without a suite is decided on each suite apart, each against its own
+  control, and the worst outcome is the rule's (``OUTCOME_ORDER``): a control that showed z on one suite
+  says nothing of another.
+- **Each channel its own control.** ``after.EVENT`` is B0's own recheck of that event (B0 runs the same
+  rechecks). Two proxies remain where no honest twin exists, and the verdict names them and why they
+  suffice: a run recorded before B0 ran rechecks (whether B0 kept z at all, in a prompt or a store: what
+  the event would have to bring back), and ``disk.orphans`` (an orphan is what a delete leaves, so the
+  state never sent the forget has none by construction; whether B0 held z in the files eu-audit read is
+  what the forget had to delete).
+- **Bystanders**: a memory counts as kept only where the bystander's dump showed it right before the forget
+  (``eu_audit.blackbox.bystander.kept`` counts one never shown as lost), so every hold was checked against
+  memories shown present; the verdict says so.
+- **Equality needs no control**: a state equal to the floor's token for token on an exact engine is B5's
+  state (B7 == B5).
+- A rule against another method (``b1.leak_any>=b0``, the paper's findings) is no forget's hold: its
+  control is whether B0 showed z on the suite at all.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from eu_audit.audits.channels import channel_value
 from eu_audit.audits.metric import METRICS
-from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
+from eu_audit.audits.model import AuditReport, GateResult, StateAudit
+from eu_audit.audits.rules import (
+    CONTROL,
+    EQUALITY,
+    OPS,
+    TOL,
+    RuleLike,
+    RuleParts,
+    other_method,
+    outcome_order,
+    parts_of,
+    value_of,
+)
+from eu_audit.audits.verdict import Evidence, gather, judge, n_to_fail, weighed_metric
 
-
-class RuleLike(Protocol):
-    """What a verdict and its control read of a parsed gate rule (``gate.Rule``)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def method(self) -> str: ...
-    @property
-    def suite(self) -> str: ...
-    @property
-    def metric(self) -> str: ...
-    @property
-    def op(self) -> str: ...
-    @property
-    def rhs(self) -> str: ...
-
-
-def other_method(rhs: str) -> str | None:
-    """The method a rule's right side names (``b1.leak_any>=b0``: "b0"); None for ``floor`` or a number."""
-    return rhs if rhs != "floor" and rhs[:1].isalpha() else None
-
-
-OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": lambda a, b: a <= b + TOL,
-    ">=": lambda a, b: a >= b - TOL,
-    "==": lambda a, b: abs(a - b) <= TOL,
-    "<": operator.lt,
-    ">": operator.gt,
-}
-TOL = 1e-9
-
-
-def value_of(state: StateAudit, name: str) -> float | None:
-    """A metric's value on a state, or a channel's count (``store.history``: ``eu_audit.audits.channels``)."""
-    if "." in name:
-        kind, tier = name.split(".", 1)
-        return channel_value(state, kind, tier)
-    return state.values.get(name)
-
-
-#: the positive control of a white-box rule: the state that never got the forget (the paper's B0)
-CONTROL = "b0"
-EQUALITY = "equality (deterministic states)"
-
-
-@dataclass(frozen=True)
-class Control:
-    """What the positive control showed on a rule's suite: ``shown`` of ``n`` sessions where the state
-    without the forget broke the rule (against the floor: was worse than the floor's state)."""
-
-    shown: int
-    n: int
-    side: str = "white"
-
-    @property
-    def rate(self) -> float | None:
-        return self.shown / self.n if self.n else None
-
-    def text(self, rhs: str) -> str:
-        """What the control showed, in the rule's terms (``rhs``: floor, another method, a number)."""
-        if not self.n:
-            how = "audit -m b0,..." if self.side == "white" else "record --agent --positive-control"
-            return f"no positive control: {CONTROL.upper()} (no forget) not recorded here ({how})"
-        what = (
-            "worse than the floor"
-            if rhs == "floor"
-            else "showed z"
-            if other_method(rhs)
-            else "broke the rule"
-        )
-        rate = f"{self.shown / self.n:.2f}"
-        return f"{CONTROL.upper()} (no forget) {what} in {self.shown} of {self.n} session(s) ({rate})"
-
-
-#: a recheck's channel (``after.restart``) has no twin on the control, which is never sent the forget:
-#: its control is whether the no-forget state kept z at all, in a prompt or its store
-KEPT = ("residue_context", "residue_store")
-
-
-#: an orphan is what a forget's delete leaves when a cascade does not fire: the state never sent the forget
-#: has none by construction, so its control is whether that state held z in the files at all (what a
-#: forget would have had to delete)
+#: a channel whose control is a proxy: (the proxy rules on B0, why the proxy suffices)
 ORPHANS = "disk.orphans"
-
-
-def control_value(state: StateAudit, name: str) -> float | None:
-    """The control's value of a rule's metric or channel (``after.*``: what it kept, ``KEPT``;
-    ``disk.orphans``: z in the files it read, ``ORPHANS``)."""
-    if name.startswith("after."):
-        got = [v for m in KEPT if (v := state.values.get(m)) is not None]
-        return max(got) if got else None
-    if name == ORPHANS:
-        return state.values.get("residue_disk")
-    return value_of(state, name)
+PROXIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "after": (
+        ("residue_context==0", "residue_store==0"),
+        "B0 ran no such recheck in this run, so the proxy is whether B0 kept z at all, in a prompt or its "
+        "store: what the event would have to bring back",
+    ),
+    ORPHANS: (
+        ("residue_disk==0",),
+        "an orphan is what a delete leaves, so the state never sent the forget has none by construction; "
+        "whether B0 held z in the files eu-audit read is what the forget had to delete",
+    ),
+}
+BYSTANDER = "bystander"
 
 
 def needs_control(name: str) -> bool:
@@ -127,54 +74,188 @@ def needs_control(name: str) -> bool:
     return name in METRICS and METRICS.get(name).control
 
 
-def positive_control(report: AuditReport, rule: RuleLike) -> Control | None:
-    """What the state without the forget (B0: the white-box method, or the black-box run's no-forget
-    tenant) showed for this rule on its sessions; None where the rule needs no control (cost, utility)."""
-    if not needs_control(rule.metric):
-        return None
-    side = report.side
-    mine = [
-        s for s in report.states if s.method == CONTROL and not s.error and rule.suite in ("all", s.suite)
-    ]
-    floor = {s.session_id: s for s in report.states if s.method == FLOOR and not s.error}
-    sign = -1.0 if rule.op in (">=", ">") else 1.0
-    presence = "." in rule.metric and rule.rhs == "floor"  # a channel against the floor: presence
-    metric = METRICS.get(rule.metric) if rule.metric in METRICS else None
-    shown = n = 0
-    for s in mine:
-        v = control_value(s, rule.metric)
-        if v is None:
-            continue
-        if other_method(rule.rhs):  # against another method: B0 showed z at all
-            broke = v < 1 - TOL if metric is not None and metric.direction == "high" else v > TOL
-        elif rule.rhs == "floor":
-            f = floor.get(s.session_id)
-            fv = control_value(f, rule.metric) if f is not None else None
-            if fv is None:
-                continue
-            broke = (bool(v) and not fv) if presence else sign * (v - fv) > TOL
-        else:
-            broke = not OPS[rule.op](v, float(rule.rhs))
-        n += 1
-        shown += broke
-    return Control(shown, n, side)
+@dataclass(frozen=True)
+class ControlOutcome:
+    """The same rule decided for the no-forget control on the method's sessions."""
+
+    fails: bool  # the control fails the rule: the measurement catches a forget that does nothing
+    text: str  # what it showed, in the rule's terms (``GateResult.control``)
+    outcome: str = ""  # the control's own verdict: failed, held, inconclusive, or "" (not recorded)
+    rate: float | None = None  # the share of its sessions where it broke the rule
+    #: the n at which the control's observed rates would fail the rule (None: no n, or not weighed)
+    n_to_fail: int | None = None
+    broke: int = 0  # sessions where it broke the rule
 
 
-def controlled(
-    report: AuditReport, rule: RuleLike, result: GateResult, *, floors_own: bool = False
-) -> GateResult:
-    """``result`` with its positive control, and *insensitive* in place of held or inconclusive where the
-    control never showed what the rule looks for: the measurement could not have told a forget from none.
-    A state equal to the floor's token for token on an exact engine needs no control (it is B5's state)."""
-    ctrl = positive_control(report, rule)
-    if ctrl is None or result.test == EQUALITY or (floors_own and result.outcome == "held"):
+def earned_verdict(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> GateResult:
+    """One rule's verdict, its hold earned against the control: per suite where the rule names none."""
+    suites = sorted(
+        {s.suite for s in report.states if s.method == rule.method and rule.suite in ("all", s.suite)}
+    )
+    if rule.suite != "all" or len(suites) < 2:
+        return _earned_one(report, rule, alpha=alpha, margin=margin)
+    parts = [(s, _earned_one(report, parts_of(rule, suite=s), alpha=alpha, margin=margin)) for s in suites]
+    return _worst_of(rule, parts)
+
+
+def _worst_of(rule: RuleLike, parts: Sequence[tuple[str, GateResult]]) -> GateResult:
+    """A rule decided per suite: the worst suite's verdict, each suite's word beside it."""
+    worst_suite, worst = min(parts, key=lambda x: outcome_order(x[1].outcome))
+    words = ", ".join(f"{s} {g.outcome} (n = {g.n})" for s, g in parts)
+    needs = [g.n_needed for _, g in parts if g.outcome in ("inconclusive", "insensitive")]
+    known = [n for n in needs if n is not None]
+    return worst.model_copy(
+        update={
+            "rule": rule.text,
+            "detail": f"per suite, the worst decides: {words}. {worst_suite}: {worst.detail}",
+            "n": sum(g.n for _, g in parts),
+            "n_needed": max(known) if needs and len(known) == len(needs) else None,
+            "control": "; ".join(f"{s}: {g.control}" for s, g in parts if g.control),
+        }
+    )
+
+
+#: the metric whose probes the floor's own leaks drop (``summary.drop_probes``): its verdict names each
+LEAK_PROBES = "leak_probes"
+
+
+def _earned_one(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> GateResult:
+    judged = judge(report, rule, alpha=alpha, margin=margin)
+    result = judged.result
+    if rule.metric == LEAK_PROBES:
+        dropped = [p for s, ps in report.probes_dropped.items() if rule.suite in ("all", s) for p in ps]
+        if dropped:
+            said = f"{result.detail}; probes dropped where the floor leaked on them: {', '.join(dropped)}"
+            result = result.model_copy(update={"detail": said})
+    if rule.metric == BYSTANDER and result.outcome == "held":
+        shown = (
+            f"every bystander memory shown in its dump right before the forget, in all {result.n} session(s) "
+            "(one not shown counts as lost), so a loss could be seen"
+        )
+        return result.model_copy(update={"control": shown})
+    if not needs_control(rule.metric) or result.test == EQUALITY:
         return result
-    text = ctrl.text(rule.rhs)
-    update: dict[str, object] = {"control": text, "control_rate": ctrl.rate}
-    if ctrl.shown == 0 and result.outcome in ("held", "inconclusive"):
+    if judged.floors_own and result.outcome == "held":  # B5's own state: equality decides
+        return result
+    sessions = {
+        s.session_id for s in report.states if s.method == rule.method and rule.suite in ("all", s.suite)
+    }
+    ctrl = control_outcome(report, rule, sessions, alpha=alpha, margin=margin)
+    update: dict[str, object] = {"control": ctrl.text, "control_rate": ctrl.rate}
+    if not ctrl.fails and result.outcome in ("held", "inconclusive"):
         update["outcome"] = "insensitive"
+        # both must decide: the control fail the rule, and the method's bound reach the margin
+        own = result.n_needed if result.outcome == "inconclusive" else result.n
+        update["n_needed"] = None if ctrl.n_to_fail is None or own is None else max(ctrl.n_to_fail, own)
         update["detail"] = (
-            f"{text}: this measurement did not see z even without the forget, so it cannot tell a forget "
-            f"from none at this n (was {result.outcome}: {result.detail})"
+            f"{ctrl.text}: the rule cannot tell a forget from none at this n (was {result.outcome}: "
+            f"{result.detail}); {what_would_decide(ctrl)}"
         )
     return result.model_copy(update=update)
+
+
+def what_would_decide(ctrl: ControlOutcome) -> str:
+    """What would make an insensitive rule decide, in its control's terms."""
+    if not ctrl.outcome:
+        return "record the positive control (B0) and gate again"
+    if ctrl.n_to_fail is not None:
+        return f"at B0's observed rates n >= {ctrl.n_to_fail} session(s) would make it fail the rule"
+    if ctrl.broke:
+        return "at B0's observed rates no n makes it fail the rule: a model or probe that draws z out would"
+    return "no n decides it while B0 never shows z here: a model that repeats z, or a probe that draws it out"
+
+
+def _control_rules(report: AuditReport, rule: RuleLike) -> tuple[list[RuleParts], str]:
+    """The rule as the control is held to it, and the proxy's reason where a proxy stands in ("" if none)."""
+    own = parts_of(rule, method=CONTROL, text=f"{CONTROL}{rule.text[len(rule.method) :]}")
+    kind = rule.metric.split(".", 1)[0]
+    key = ORPHANS if rule.metric == ORPHANS else kind
+    if key not in PROXIES:
+        return [own], ""
+    if kind == "after":
+        tier = rule.metric.split(".", 1)[1]
+        mine = [s for s in _control_states(report, rule.suite) if s.residue is not None]
+        if any(s.residue.after.get(tier) is not None for s in mine):
+            return [own], ""  # B0 ran the same recheck: its own channel
+    texts, why = PROXIES[key]
+    suite = f".{rule.suite}" if rule.suite != "all" else ""
+    proxies = []
+    for text in texts:
+        metric, rhs = text.split("==")
+        proxies.append(RuleParts(f"{CONTROL}{suite}.{text}", CONTROL, rule.suite, metric, "==", rhs))
+    return proxies, f"proxy {' or '.join(p.text for p in proxies)} ({why})"
+
+
+def _control_states(report: AuditReport, suite: str) -> list[StateAudit]:
+    return [s for s in report.states if s.method == CONTROL and not s.error and suite in ("all", s.suite)]
+
+
+def control_outcome(
+    report: AuditReport, rule: RuleLike, sessions: set[str], *, alpha: float, margin: float
+) -> ControlOutcome:
+    """The rule decided for the no-forget control on ``sessions`` by the same test (``verdict.judge``):
+    ``fails`` when that verdict is *failed* on evidence (a control that could not be measured, or was not
+    recorded, fails nothing)."""
+    side = report.side
+    how = "audit -m b0,..." if side == "white" else "record --agent --positive-control"
+    if not _control_states(report, rule.suite):
+        return ControlOutcome(False, f"no positive control: B0 (no forget) not recorded here ({how})")
+    if other_method(rule.rhs):
+        return _showed_z(report, rule, sessions)
+    same = report.model_copy(
+        update={"states": [s for s in report.states if s.method != CONTROL or s.session_id in sessions]}
+    )
+    rules, proxy = _control_rules(report, rule)
+    outcomes = []
+    for r in rules:
+        ev = gather(same, r)
+        if isinstance(ev, GateResult):  # nothing to weigh: the control shows nothing, it fails nothing
+            outcomes.append(
+                ControlOutcome(False, f"B0 (no forget) not measured here: {ev.detail}", "unmeasured")
+            )
+            continue
+        got = judge(same, r, alpha=alpha, margin=margin).result
+        broke = _broken(r, ev)
+        metric = weighed_metric(r)
+        need = (
+            n_to_fail(ev.ds, metric.kind, alpha) if metric is not None and got.outcome != "failed" else None
+        )
+        n = len(ev.ds)
+        said = f"B0 (no forget) broke it in {broke} of {n} session(s) ({broke / n:.2f})"
+        how = got.test + (f", p = {got.p:.3g}" if got.p is not None and metric is not None else "")
+        verdict = (
+            f"and fails it ({how})" if got.outcome == "failed" else f"but does not fail it ({got.outcome})"
+        )
+        text = f"{said} {verdict}"
+        outcomes.append(ControlOutcome(got.outcome == "failed", text, got.outcome, broke / n, need, broke))
+    best = next((o for o in outcomes if o.fails), None) or min(
+        outcomes, key=lambda o: (o.n_to_fail is None, o.n_to_fail or 0, -o.broke)
+    )
+    if proxy:
+        best = ControlOutcome(
+            best.fails, f"{proxy}: {best.text}", best.outcome, best.rate, best.n_to_fail, best.broke
+        )
+    return best
+
+
+def _broken(rule: RuleLike, ev: Evidence) -> int:
+    """Sessions where a state broke the rule: against a number, its value; against the floor, worse."""
+    if other_method(rule.rhs) is None and rule.rhs != "floor":
+        return sum(not OPS[rule.op](v, float(rule.rhs)) for v in ev.values)
+    return sum(d > TOL for d in ev.ds)
+
+
+def _showed_z(report: AuditReport, rule: RuleLike, sessions: set[str]) -> ControlOutcome:
+    """A rule against another method (a paper's finding, no forget's hold): B0 showed z at all here."""
+    metric = METRICS.get(rule.metric) if rule.metric in METRICS else None
+    shown = n = 0
+    for s in _control_states(report, rule.suite):
+        v = value_of(s, rule.metric)
+        if v is None or s.session_id not in sessions:
+            continue
+        n += 1
+        shown += v < 1 - TOL if metric is not None and metric.direction == "high" else v > TOL
+    if not n:
+        return ControlOutcome(False, "B0 (no forget) not measured on these sessions", "unmeasured")
+    text = f"B0 (no forget) showed z in {shown} of {n} session(s) ({shown / n:.2f})"
+    return ControlOutcome(bool(shown), text, "failed" if shown else "held", shown / n, None, shown)

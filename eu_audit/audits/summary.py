@@ -95,17 +95,24 @@ def methods_of(states: Sequence[StateAudit]) -> list[str]:
 
 
 def drop_probes(states: Sequence[StateAudit], probes_ids: Sequence[str]) -> dict[str, list[str]]:
-    """Per suite, the probes that leak on the floor itself (dropped); every state's Leak@probes over the
-    kept ones. Over all the run's sessions: merged shards drop what one run would."""
+    """Per suite, each probe that leaked on the floor itself, named with the session where it did
+    ("direct in s3"); every state's Leak@probes over the probes its own session's floor did not leak on.
+    Dropped only where it leaked: one floor answer holding z (a model that guesses it, or an agent that
+    puts z in its reference's answers) never blinds a probe on every other session. Over all the run's
+    sessions: merged shards drop what one run would."""
+    on_floor: dict[str, set[str]] = {}  # session -> the probes its floor leaked on
+    for s in states:
+        if s.method == FLOOR and not s.error:
+            on_floor[s.session_id] = {o.probe for o in s.probes if o.leaked and o.probe in probes_ids}
     dropped: dict[str, list[str]] = {}
     for suite in sorted({s.suite for s in states}):
         floor_states = [s for s in states if s.suite == suite and s.method == FLOOR and not s.error]
         dropped[suite] = [
-            p for p in probes_ids if any(o.leaked for s in floor_states for o in s.probes if o.probe == p)
+            f"{p} in {s.session_id}" for p in probes_ids for s in floor_states if p in on_floor[s.session_id]
         ]
     for st in states:
         if not st.error:
-            kept = [o for o in st.probes if o.probe not in dropped.get(st.suite, [])]
+            kept = [o for o in st.probes if o.probe not in on_floor.get(st.session_id, set())]
             st.values["leak_probes"] = float(any(o.leaked for o in kept))
     return dropped
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
-from eu_audit.audits.sensitivity import EQUALITY, OPS, RuleLike, controlled, other_method, value_of
+from eu_audit.audits.rules import EQUALITY, OPS, RuleLike, other_method, value_of
 from eu_audit.engines.base import is_exact  # engines whose replays are exact: equal states are a fact
 
 DEFAULT_ALPHA = 0.05
@@ -374,19 +374,29 @@ def unmeasured_reason(state: StateAudit, name: str) -> str:
     return state.unmeasured.get(name, "")
 
 
-def decide(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> GateResult:
-    """The verdict of one parsed rule on a finished audit, with its positive control (``controlled``)."""
+@dataclass(frozen=True)
+class Judged:
+    """One rule's verdict on one method's states, before its hold is earned against the control
+    (``eu_audit.audits.sensitivity``)."""
+
+    result: GateResult
+    #: every session's state is the floor's token for token on an exact engine: it is B5's state
+    floors_own: bool = False
+
+
+def judge(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> Judged:
+    """The verdict of one parsed rule on a finished audit, by the evidence alone. The same function decides
+    the rule for the no-forget control, so a hold is earned by the same test (``sensitivity``)."""
     ev = gather(report, rule)
     if isinstance(ev, GateResult):
-        return ev
-    # a state that is the floor's token for token on an exact engine is B5's: it needs no control
+        return Judged(ev)
     floors_own = ev.identical and not ev.missing and is_exact(report.engine)
     if is_fact(rule.rhs):
-        return controlled(report, rule, _fact(rule, ev), floors_own=floors_own)
+        return Judged(_fact(rule, ev), floors_own)
     metric = weighed_metric(rule)
     if metric is None:
-        return controlled(report, rule, _observed(rule, ev), floors_own=floors_own)
-    return controlled(report, rule, _weigh(report, rule, metric, ev, alpha, margin), floors_own=floors_own)
+        return Judged(_observed(rule, ev), floors_own)
+    return Judged(_weigh(report, rule, metric, ev, alpha, margin), floors_own)
 
 
 def weighed_metric(rule: RuleLike) -> Metric | None:

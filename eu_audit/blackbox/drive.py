@@ -50,7 +50,13 @@ from eu_audit.blackbox.forensics import DiskReport, attach_disks
 from eu_audit.blackbox.options import CONTROL_TENANT, RECORDED_METHODS, AgentRecordOptions
 from eu_audit.blackbox.residue import context_residue, store_residue
 from eu_audit.blackbox.serve_control import ServeControl
-from eu_audit.blackbox.tamper import MODEL_ENDPOINTS, Tenant, find_tampering
+from eu_audit.blackbox.tamper import (
+    MODEL_ENDPOINTS,
+    TamperEvidence,
+    Tenant,
+    check_reference_answers,
+    find_tampering,
+)
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step
@@ -130,6 +136,10 @@ def run_tenant(
         # neither before nor after the forget
         serve.mark(session=d.sid, method=method, tenant=tenant, phase="forget")
         forgets, at_once, by = _forget(d, agent, caps, tenant, ep, opts)
+    elif method == CONTROL_TENANT[0]:
+        # the positive control meets every event the agent meets, at the same points, never the forget:
+        # each after.EVENT channel gets a control of its own channel (eu_audit.audits.sensitivity)
+        at_once = d.rechecks(method, ep.target.matcher(), at_once=True)
     d.after = True
     serve.mark(session=d.sid, method=method, tenant=tenant, phase="future")
     for t, step in future:
@@ -161,7 +171,7 @@ def run_tenant(
     if by is not None:
         update = {"bystander_records": by.records, "bystander_lost": by.lost, "bystander_example": by.example}
         trace.residues[0] = trace.residues[0].model_copy(update=update)
-    if method == AGENT_METHOD:  # forgets that come back: the reference never held z, nothing to recheck
+    if method in (AGENT_METHOD, CONTROL_TENANT[0]):  # the reference never held z: nothing to recheck
         trace.residues += at_once + d.rechecks(method, trace.matcher())
     return trace, d.tx.skipped
 
@@ -374,6 +384,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         ]
     by_tenant = {(t.session, t.method): name for name, t in tenants.items()}
     attach_disks(sessions, disks, by_tenant)
+    # without serve no model call shows its model wrote z: the reference's answers are read all the same
+    found = TamperEvidence()
     if serve.url is not None:
         found = find_tampering(
             entries,
@@ -383,7 +395,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             lanes=lanes,
             first=(session_id_of(canonical[0][0]), AGENT_METHOD),
         )
-        found.attach(sessions)
+    check_reference_answers(found, sessions)
+    found.attach(sessions)
     if progress:
         progress("written", len(canonical), len(canonical))
     header = _header(opts, info, caps, digest, serve.key)

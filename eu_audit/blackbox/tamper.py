@@ -18,7 +18,12 @@ this module finds them in the log of one run and names each, per session and ten
   that carries z, in any phase, before its own model ever wrote z (a guessable file name it wrote
   itself explains z in its later prompts). The reference was never given z, so either the agent moved z across
   tenants (a leak between users) or sent its own calls down the reference's lane; both make the floor a
-  lie.
+  lie. Only a reply the model wrote freely explains z: one held to a response format, a grammar or a
+  forced tool call (``unconstrained``) is the agent's doing, since a pattern can spell z;
+- ``reference_answer_z``: an answer the agent gave the harness for a reference tenant (a reply, a tool
+  call, a summary, a probe's or sample's answer) that carries z, in a session where that tenant's model
+  never wrote z freely. The floor is read from those answers, so an agent that puts z in them lifts the
+  floor it is measured against (``check_reference_answers``).
 
 Each is a finding, never a statistic: one is enough, and the gate's "no tampering" rule fails (exit 1).
 Where the log cannot tell which tenant made a call (a control call while tenants ran at the same time),
@@ -32,10 +37,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eu_audit.blackbox.residue import prompt_parts, tiers_with_z
+from eu_audit.blackbox.residue import prompt_parts, snippet, tiers_with_z
 from eu_audit.matching import TargetMatcher
 from eu_audit.serve.control import CONTROL_ENDPOINTS
 from eu_audit.tiers import TAMPER_KINDS
+from eu_audit.trace.blocks import MODEL_DERIVED
 from eu_audit.trace.records import AGENT_METHOD
 from eu_audit.trace.session import SessionTrace
 
@@ -86,6 +92,8 @@ class TamperEvidence:
 
     counts: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     examples: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    #: sessions whose reference tenant's model wrote z itself, freely (``unconstrained``)
+    model_wrote_z: set[str] = field(default_factory=set)
 
     def add(self, where: tuple[str, str], kind: str, example: str) -> None:
         self.counts.setdefault(where, {}).setdefault(kind, 0)
@@ -118,7 +126,7 @@ def find_tampering(
     method) that unattributed attempts are counted on."""
     found = TamperEvidence()
     seen: set[str] = set()
-    wrote_z: dict[str, bool] = {}  # session -> the reference's model has written z itself
+    wrote_z = found.model_wrote_z  # sessions whose reference's model has written z itself
 
     def owner(mark: dict[str, Any] | None) -> tuple[str, str] | None:
         if not mark or mark.get("key") != key:
@@ -152,20 +160,54 @@ def find_tampering(
             if t is None:
                 continue
             phase = (mark or {}).get("phase")
-            if t.method == REFERENCE and not wrote_z.get(t.session):
+            if t.method == REFERENCE and t.session not in wrote_z:
                 tiers, example = tiers_with_z(e, t.matcher)
                 if tiers:
                     found.add((t.session, t.method), "reference_z", f"phase {phase}: {example}")
-            if t.method == REFERENCE and t.matcher.found_in(
-                json.dumps([e.get("reply"), e.get("tool_calls")])
+            if (
+                t.method == REFERENCE
+                and unconstrained(e)
+                and t.matcher.found_in(json.dumps([e.get("reply"), e.get("tool_calls")]))
             ):
-                # the reference's model wrote z itself (a guessable name): from here on z in its prompts
-                # is its own doing, no sign of the agent's
-                wrote_z[t.session] = True
+                # the reference's model wrote z itself, freely (a guessable name): from here on z in its
+                # prompts is its own doing, no sign of the agent's
+                wrote_z.add(t.session)
             quoted = t.unfed(e)
             if quoted:
                 found.add((t.session, t.method), "unfed_text", f"phase {phase}: quotes '{quoted[:120]}'")
     return found
+
+
+def unconstrained(entry: dict[str, Any]) -> bool:
+    """A reply the model wrote freely: no response format, no forced tool call, held to nothing. A reply
+    held to a schema, a grammar or ``tool_choice`` is the agent's doing (a pattern can spell z in regex
+    escapes), so it never explains z."""
+    return not (entry.get("response_format") or entry.get("tool_choice") or entry.get("held_to"))
+
+
+def answers_of(trace: SessionTrace) -> list[tuple[str, str]]:
+    """(where, text) of everything the agent answered the harness for one tenant: its replies, summaries
+    and plans, its tool calls with their arguments, and its answers to probes, samples and choices."""
+    out = [(f"turn {b.turn} {b.type.value}", b.text) for b in trace.blocks if b.type in MODEL_DERIVED]
+    out += [(f"tool call {c.name}", c.raw or json.dumps(c.arguments)) for c in trace.tool_calls]
+    out += [(f"{e.kind} {e.name}", e.answer) for e in trace.elicitations]
+    return out
+
+
+def check_reference_answers(found: TamperEvidence, traces: Iterable[SessionTrace]) -> None:
+    """``reference_answer_z``: z in what the agent answered for a reference tenant, in a session where that
+    tenant's model never wrote z freely (``find_tampering`` found which). The floor is read from these
+    answers: z there that no model call explains is the agent's, and it would lift the floor."""
+    for trace in traces:
+        if trace.session.method != REFERENCE:
+            continue
+        session = trace.session_id.split("/")[0]
+        if session in found.model_wrote_z:
+            continue
+        matcher = trace.matcher()
+        for where, text in answers_of(trace):
+            if text and matcher.found_in(text):
+                found.add((session, REFERENCE), "reference_answer_z", f"{where}: {snippet(text, matcher)}")
 
 
 def describe(counts: dict[str, int]) -> str:

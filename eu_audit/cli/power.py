@@ -82,8 +82,7 @@ def power(
         return
     from eu_audit.audits.gate import check_rules, default_rules, evaluate, gated_rules
     from eu_audit.audits.merge import read_audits, shard_audits
-    from eu_audit.audits.power import n_for_control, plan_rule
-    from eu_audit.audits.sensitivity import positive_control
+    from eu_audit.audits.power import plan_rule
 
     rep = read_audits(shard_audits(pilot) if pilot.is_dir() else [pilot])
     rules = gate or gated_rules(rep) or default_rules(rep)
@@ -93,7 +92,7 @@ def power(
         "rule",
         "now",
         "n now",
-        "control showed z",
+        "control (B0)",
         "n at the pilot's rates",
         f"n deciding {chance:.0%} of runs",
     )
@@ -102,25 +101,22 @@ def power(
     blind = []
     for g in evaluate(rep, rules, alpha=alpha, margin=margin):
         decide = fresh = "-"
-        ctrl = positive_control(rep, parsed[g.rule])
-        shown = "-" if ctrl is None else ("not recorded" if not ctrl.n else f"{ctrl.shown} of {ctrl.n}")
+        shown = "-" if not g.control else g.control.split(":", 1)[0]
         if g.outcome == "inconclusive":
             decide = str(g.n_needed) if g.n_needed else "none"
             n_plan = plan_rule(rep, parsed[g.rule], alpha=alpha, margin=margin, chance=chance)
             fresh = str(n_plan) if n_plan else ("none" if g.n_needed else "-")
-        elif g.outcome == "insensitive" and ctrl is not None:
-            n_ctrl = n_for_control(ctrl.shown, ctrl.n, alpha=alpha, chance=chance)
-            if n_ctrl:  # the sessions before its control could show z at all, at best
-                fresh = f">= {n_ctrl} (control rate < {1 - alpha ** (1 / ctrl.n):.2f})"
-                blind.append(g.rule)
-        table.add_row(Text(g.rule), g.outcome, str(g.n), shown, decide, fresh, Text(g.test))
+        elif g.outcome == "insensitive":
+            decide = f"{g.n_needed} (for B0 to fail it)" if g.n_needed else "no n"
+            blind.append(g.rule)
+        table.add_row(Text(g.rule), g.outcome, str(g.n), Text(shown), decide, fresh, Text(g.test))
     out.print(table)
     if blind:
         say(
             out,
-            f"{len(blind)} rule(s) insensitive: their control (the state never sent the forget) never "
-            "showed z on the pilot, so no n decides them until it does. '>= N (control rate < R)': R is the "
-            f"upper {1 - alpha:.0%} bound on the control's rate, and N the n at which a control that often "
-            f"would show z once with {chance:.0%} chance: a lower bound, never enough on a model that never "
-            "repeats z.",
+            f"{len(blind)} rule(s) insensitive: the same rule, by the same test on the same sessions, did "
+            "not fail for the control (the state never sent the forget), so the measurement cannot tell a "
+            "forget from none. 'N (for B0 to fail it)': the n at which the control's observed rates would "
+            "fail it; 'no n': the control never showed z there (or too rarely for any n): a model that "
+            "repeats z, or a probe that draws it out, would.",
         )

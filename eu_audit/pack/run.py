@@ -88,7 +88,8 @@ def run_release(
     (a release that cannot run is a result that says so)."""
     from eu_audit.audit import AuditOptions, audit
     from eu_audit.audits.evidence import mask_for
-    from eu_audit.audits.gate import evaluate, exit_code, overall
+    from eu_audit.audits.gate import evaluate, exit_code
+    from eu_audit.audits.rules import overall
     from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
     from eu_audit.jsonl import atomic_writer
     from eu_audit.pack.venvs import venv_for

@@ -48,7 +48,8 @@ def with_suite(rule: str, suite: str) -> str:
 
 def suite_verdict(rep: AuditReport, suite: str) -> tuple[str, int]:
     """The audit's rules on one suite's sessions, decided again: the worst outcome, and the sessions."""
-    from eu_audit.audits.gate import PSEUDO_RULES, default_rules, evaluate, overall, parse_rule
+    from eu_audit.audits.gate import PSEUDO_RULES, default_rules, evaluate, parse_rule
+    from eu_audit.audits.rules import overall
 
     rules = [g.rule for g in rep.gates if g.rule not in PSEUDO_RULES] or default_rules(rep)
     mine = [
@@ -65,7 +66,7 @@ def recheck_word(rep: AuditReport) -> tuple[str, int] | None:
     run had no rechecks."""
     from eu_audit.audits.channels import CHANNEL_KINDS, channels
     from eu_audit.audits.model import FLOOR
-    from eu_audit.audits.sensitivity import CONTROL
+    from eu_audit.audits.rules import CONTROL
 
     states = [s for s in rep.states if s.method == AGENT_METHOD and not s.error]
     floor = {s.session_id: s for s in rep.states if s.method == FLOOR and not s.error}

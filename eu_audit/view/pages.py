@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eu_audit.audits.gate import gate_results, overall
+from eu_audit.audits.gate import gate_results
 from eu_audit.audits.metric import TABLE_TITLES, table_metrics
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit, StateResidue
 from eu_audit.audits.output import fmt, row_order, shown_suites
-from eu_audit.audits.sensitivity import CONTROL
+from eu_audit.audits.rules import CONTROL, overall
 
 #: a session's text shown in full up to this many characters (the rest one click away in the JSON)
 QUOTE_CHARS = 400

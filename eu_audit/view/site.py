@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eu_audit.audits.gate import overall
 from eu_audit.audits.model import AuditReport
+from eu_audit.audits.rules import overall
 from eu_audit.errors import BadInput
 from eu_audit.view.pages import AuditPage, audit_page
 
