@@ -9,8 +9,9 @@ with what would decide it. Nothing here is a gate: a report shows the table, no 
 
 Some findings only mean something where the data give them something to show: "B8 keeps z out of
 identifier sinks" is vacuous on sessions where no method ever routed z. Such a finding names what must be
-*given* (``b0.tool.routing==0`` failed: B0 routed z in some session); where it is not, the finding is
-"not testable here", never reproduced.
+*given* (``b0.tool.routing==0`` failed: B0 routed z in some session), and is judged on the suites where
+the given holds, each rule per suite (``on_given_suites``); where no suite gives it, the finding is "not
+testable here", never reproduced.
 """
 
 from __future__ import annotations
@@ -100,10 +101,43 @@ def judge(report: AuditReport, findings: Sequence[Finding] = PAPER) -> list[Judg
     for f in findings:
         if f.method not in report.methods:
             continue
+        f = on_given_suites(report, f)
         wanted = [*f.rules, *(rule for rule, _ in f.given)]
         results = {r.rule: r for r in evaluate(report, wanted) if r.rule in wanted}
         judged.append(Judged(f, _verdict(f, results, report), list(results.values())))
     return judged
+
+
+def _on_suite(rule: str, suite: str) -> str:
+    """``b8.tool.routing==0`` on one suite: ``b8.SUITE.tool.routing==0`` (a rule naming one is kept)."""
+    from eu_audit.audits.gate import parse_rule
+
+    if parse_rule(rule).suite != "all":
+        return rule
+    method, rest = rule.split(".", 1)
+    return f"{method}.{suite}.{rest}"
+
+
+def on_given_suites(report: AuditReport, f: Finding) -> Finding:
+    """A finding with a given, judged on the suites where the given holds ("where B0 routes z into one"):
+    each rule once per such suite. Where no suite gives it, the finding as written (its given then says
+    why it is not testable)."""
+    from eu_audit.audits.gate import evaluate
+
+    if not f.given:
+        return f
+    suites = [
+        s
+        for s in report.suites
+        if all(
+            g.outcome == outcome for rule, outcome in f.given for g in evaluate(report, [_on_suite(rule, s)])
+        )
+    ]
+    if not suites:
+        return f
+    rules = tuple(_on_suite(r, s) for s in suites for r in f.rules)
+    given = tuple((_on_suite(r, s), o) for s in suites for r, o in f.given)
+    return Finding(f.method, f.claim, rules, f.reproduced_when, given)
 
 
 def _verdict(f: Finding, results: dict[str, GateResult], report: AuditReport) -> str:

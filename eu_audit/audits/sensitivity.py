@@ -11,9 +11,10 @@ as a hold (``gate.exit_code``: exit 4, unless ``--on-insensitive pass``), and it
 terms and what would make it decide (more sessions, where the control's rates would fail it at some n; a
 model or probe that draws z out, where the control never showed z).
 
-- **Per suite, never pooled.** A rule without a suite is decided on each suite apart, each against its own
-  control, and the worst outcome is the rule's (``OUTCOME_ORDER``): a control that showed z on one suite
-  says nothing of another.
+- **Per suite, never pooled for a hold.** A rule without a suite is decided on each suite apart, each
+  against its own control, and the worst outcome is the rule's (``OUTCOME_ORDER``): a control that showed
+  z on one suite says nothing of another. A failure needs no control, so the sessions of all suites pooled
+  may also show one (the paired test is valid over any sessions).
 - **Each channel its own control.** ``after.EVENT`` is B0's own recheck of that event (B0 runs the same
   rechecks). Two proxies remain where no honest twin exists, and the verdict names them and why they
   suffice: a run recorded before B0 ran rechecks (whether B0 kept z at all, in a prompt or a store: what
@@ -48,7 +49,7 @@ from eu_audit.audits.rules import (
     parts_of,
     value_of,
 )
-from eu_audit.audits.verdict import Evidence, gather, judge, n_to_fail, weighed_metric
+from eu_audit.audits.verdict import Evidence, gather, judge, n_to_fail, unmeasured_reason, weighed_metric
 
 #: a channel whose control is a proxy: (the proxy rules on B0, why the proxy suffices)
 ORPHANS = "disk.orphans"
@@ -89,13 +90,26 @@ class ControlOutcome:
 
 def earned_verdict(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> GateResult:
     """One rule's verdict, its hold earned against the control: per suite where the rule names none."""
-    suites = sorted(
-        {s.suite for s in report.states if s.method == rule.method and rule.suite in ("all", s.suite)}
-    )
+    mine = [s for s in report.states if s.method == rule.method and rule.suite in ("all", s.suite)]
+    # the suites the rule applies to: a metric of some suites only (utility, avoid) is not decided elsewhere
+    applies = [
+        s
+        for s in mine
+        if s.error or value_of(s, rule.metric) is not None or unmeasured_reason(s, rule.metric)
+    ]
+    suites = sorted({s.suite for s in applies or mine})
     if rule.suite != "all" or len(suites) < 2:
         return _earned_one(report, rule, alpha=alpha, margin=margin)
     parts = [(s, _earned_one(report, parts_of(rule, suite=s), alpha=alpha, margin=margin)) for s in suites]
-    return _worst_of(rule, parts)
+    worst = _worst_of(rule, parts)
+    if worst.outcome != "failed":  # a failure needs no control: the sessions pooled may show one
+        pooled = judge(report, rule, alpha=alpha, margin=margin).result
+        if pooled.outcome == "failed":
+            words = ", ".join(f"{s} {g.outcome} (n = {g.n})" for s, g in parts)
+            return pooled.model_copy(
+                update={"detail": f"all suites pooled: {pooled.detail}; per suite: {words}"}
+            )
+    return worst
 
 
 def _worst_of(rule: RuleLike, parts: Sequence[tuple[str, GateResult]]) -> GateResult:
@@ -137,6 +151,17 @@ def _earned_one(report: AuditReport, rule: RuleLike, *, alpha: float, margin: fl
         return result
     if judged.floors_own and result.outcome == "held":  # B5's own state: equality decides
         return result
+    if rule.method == CONTROL:  # the control held to its own rule: it can never fail itself to earn a hold
+        if result.outcome != "held":
+            return result
+        said = "B0 is the forget switched off: no hold of its own is earned against itself"
+        return result.model_copy(
+            update={
+                "outcome": "insensitive",
+                "control": said,
+                "detail": f"{said} (was held: {result.detail})",
+            }
+        )
     sessions = {
         s.session_id for s in report.states if s.method == rule.method and rule.suite in ("all", s.suite)
     }
