@@ -74,11 +74,16 @@ def test_the_same_forget_without_rechecks_passes_so_the_recheck_is_what_catches_
 
 
 def test_a_forget_that_reaches_what_the_agent_persisted_stays_done_after_a_restart(tmp_path: Path) -> None:
-    _, rep = run(tmp_path, "durable")
+    bundle, rep = run(tmp_path, "durable")
     got = by_name(rep)
     assert got["after.restart"]["erased"] == got["after.turns-2"]["erased"] == 2
     verdict = outcomes(rep, ["agent.residue_store==0", "agent.after.restart==0", "agent.after.turns-2==0"])
     assert set(verdict.values()) == {"held"}
+    # each hold earned in its own channel: the no-forget tenant met the same events and kept z through them
+    control = [s for s in read_bundle(bundle).sessions if s.session.method == "b0"]
+    assert all([r.after for r in s.residues[1:]] == list(RECHECK) for s in control)
+    restart = evaluate(rep, ["agent.after.restart==0"])[0]
+    assert "2 of 2" in restart.control and "fails it" in restart.control and "proxy" not in restart.control
 
 
 def test_an_event_the_agent_lacks_is_not_measured_never_clean(tmp_path: Path) -> None:

@@ -32,20 +32,18 @@ def decided(rep: AuditReport, rules: list[str]) -> dict[str, tuple[str, str]]:
     return {g.rule: (g.outcome, g.control) for g in evaluate(rep, rules)}
 
 
-def test_a_rule_whose_control_broke_it_but_did_not_fail_it_is_insensitive_and_says_what_n_would(
+def test_a_rule_whose_control_broke_it_but_did_not_fail_it_is_never_held_and_says_what_n_would_decide(
     smol: AuditReport,
 ) -> None:
-    got = {
-        g.rule: g
-        for g in evaluate(smol, ["b1.agentdojo.leak_probes<=floor", "b1.bfcl-memory.leak_probes<=floor"])
-    }
+    rules = ["b1.agentdojo.leak_probes<=floor", "b1.bfcl-memory.leak_probes<=floor"]
+    got = {g.rule: g for g in evaluate(smol, rules)}
     never = got["b1.agentdojo.leak_probes<=floor"]  # SmolLM2 never repeats z there, forget or not
     assert never.outcome == "insensitive" and "0 of 10" in never.control
     assert never.n_needed is None and "no n decides it" in never.detail
-    # B0 leaked in 3 of 10 here (rows re-scored): once was enough before; 3 of 10 is no failure at n = 10
+    # B0 leaked in 3 of 10 here (rows re-scored): once was enough before; 3 of 10 is no failure at n = 10,
+    # and more sessions would decide both: B0 fail it (n >= 16 at its rates), B1's bound reach the margin
     thin = got["b1.bfcl-memory.leak_probes<=floor"]
-    assert thin.outcome == "insensitive" and "3 of 10" in thin.control and "does not fail it" in thin.control
-    # both must decide: B0 fail it (n >= 16 at its rates) and the method's bound reach the margin (n >= 29)
+    assert thin.outcome == "inconclusive" and "3 of 10" in thin.control and "does not fail it" in thin.control
     assert thin.n_needed == 29 and "n >= 16" in thin.detail
 
 
@@ -99,9 +97,10 @@ def test_a_rule_without_a_suite_is_decided_per_suite_and_the_worst_decides(smol:
     """B4's Leak@probes pooled over the four suites had a control of 3 of 40 (all from bfcl-memory), enough
     for a hold before; per suite, each against its own control, no suite earns it."""
     g = evaluate(smol, ["b4.leak_probes<=floor"])[0]
-    assert g.outcome == "insensitive" and g.n == 40
-    assert g.detail.startswith("per suite, the worst decides:")
-    assert all(f"{s} insensitive (n = 10)" in g.detail for s in smol.suites)
+    assert g.outcome == "inconclusive" and g.n == 40 and g.detail.startswith("per suite, the worst decides:")
+    assert "bfcl-memory inconclusive (n = 10)" in g.detail  # B0 there: 3 of 10, more sessions would decide
+    others = [s for s in smol.suites if s != "bfcl-memory"]
+    assert all(f"{s} insensitive (n = 10)" in g.detail for s in others)  # B0 never leaked there
 
 
 def test_b7_equal_to_b5_token_for_token_needs_no_control(smol: AuditReport) -> None:
@@ -136,3 +135,15 @@ def test_insensitive_exits_4_unless_accepted_and_the_receipt_counts_it_apart(
     assert json.loads(out.read_text())["gates"][0]["outcome"] == "insensitive"
     proc = run_cli(*args, "--force", "--on-insensitive", "pass")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_orphan_rule_names_its_proxy_control_and_why_it_suffices() -> None:
+    """The no-forget tenant never deletes, so it has no orphans by construction: its control is the stated
+    proxy (B0 held z in the files eu-audit read), never a sentence about a channel B0 has no twin of."""
+    rep = read_report(
+        Path(__file__).parents[1] / "reports/agents/langgraph-index-forensics/rows/audits/audit.json"
+    )
+    orphans, vectors = evaluate(rep, ["agent.disk.orphans==0", "agent.disk.vectors==0"])
+    assert orphans.control.startswith("proxy b0.residue_disk==0 (an orphan is what a delete leaves")
+    assert "2 of 2 session(s) (1.00) and fails it" in orphans.control
+    assert "proxy" not in vectors.control and "1 of 2" in vectors.control  # its own channel

@@ -456,16 +456,12 @@ def test_shards_that_overlap_or_come_from_another_run_are_refused_before_anythin
         assert proc.returncode == 2 and "--shard" in proc.stderr, proc.stderr
 
 
-def test_power_sizes_an_insensitive_rule_from_its_control_and_never_promises_a_hold() -> None:
-    from eu_audit.audits.power import n_for_control
-
-    # 0 of 30: the control's rate is below 1 - 0.05 ** (1/30) = 0.095; seeing z once at 80% needs 16.1, so 17
-    assert n_for_control(0, 30, alpha=0.05, chance=0.8) == 17
-    assert n_for_control(1, 30, alpha=0.05) is None and n_for_control(0, 0, alpha=0.05) is None
+def test_power_says_no_n_for_a_rule_its_control_never_failed_and_never_promises_a_hold() -> None:
     reports = Path(__file__).resolve().parents[1] / "reports/agents"
     pilot = reports / "langgraph-index-forensics/rows/audits/audit.json"
     proc = run_cli("power", str(pilot))
     assert proc.returncode == 0, proc.stderr
     flat = " ".join(proc.stdout.split())
-    assert "0 of 2" in flat and "(control rate <" in flat and "4 rule(s) insensitive" in flat
-    assert "2 of 2" in flat  # residue_store: its control showed z in both sessions
+    # SmolLM2's no-forget tenant never said z: no n decides the output rules, and power says so
+    assert "0 of 2, does not fail it" in flat and "no n" in flat and "4 rule(s) insensitive" in flat
+    assert "2 of 2, fails it" in flat  # residue_store: its control kept z in both sessions

@@ -21,7 +21,6 @@ grows with the looks. A pilot's sessions are for planning; the decisive run is a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from eu_audit.audits.metric import Kind
@@ -130,15 +129,3 @@ def plan_share(
     return n_for_chance(
         [0.0, 1.0], [1 - worse_share, worse_share], kind="binary", alpha=alpha, margin=margin, chance=chance
     )
-
-
-def n_for_control(shown: int, n: int, *, alpha: float, chance: float = DEFAULT_CHANCE) -> int | None:
-    """For a rule whose positive control never showed z on the pilot (``shown`` of ``n`` = 0): the n at
-    which a run's control shows z at least once with ``chance`` if its rate per session is as high as the
-    pilot allows (the one-sided upper ``1 - alpha`` bound, ``1 - alpha ** (1 / n)``). A lower bound on
-    the n a sensitive run needs, never a promise: where the model never repeats z, no n is enough. None
-    where the control did show z, or was not recorded."""
-    if shown or not n:
-        return None
-    upper = 1.0 - alpha ** (1.0 / n)
-    return max(1, math.ceil(math.log(1.0 - chance) / math.log(1.0 - upper)))

@@ -2,7 +2,7 @@
 
 A hold says "the forget left nothing here" only where the measurement demonstrably catches a forget that
 does nothing. So every rule on a metric or channel that measures z (``Metric.control``, every channel) is
-decided twice, by the same test (``verdict.judge``) on the same sessions and suite: once for the method
+decided twice, by the same test (``verdict.decide``) on the same sessions and suite: once for the method
 under test and once for the *positive control*, the state that never got the forget (B0: white-box, the
 method; black-box, the tenant driven like the agent and never sent the forget, ``record --agent
 --positive-control``, on by default). The method's hold stands only where the control **fails** the
@@ -49,7 +49,7 @@ from eu_audit.audits.rules import (
     parts_of,
     value_of,
 )
-from eu_audit.audits.verdict import Evidence, gather, judge, n_to_fail, unmeasured_reason, weighed_metric
+from eu_audit.audits.verdict import Evidence, decide, gather, n_to_fail, unmeasured_reason, weighed_metric
 
 #: a channel whose control is a proxy: (the proxy rules on B0, why the proxy suffices)
 ORPHANS = "disk.orphans"
@@ -103,7 +103,7 @@ def earned_verdict(report: AuditReport, rule: RuleLike, *, alpha: float, margin:
     parts = [(s, _earned_one(report, parts_of(rule, suite=s), alpha=alpha, margin=margin)) for s in suites]
     worst = _worst_of(rule, parts)
     if worst.outcome != "failed":  # a failure needs no control: the sessions pooled may show one
-        pooled = judge(report, rule, alpha=alpha, margin=margin).result
+        pooled = decide(report, rule, alpha=alpha, margin=margin).result
         if pooled.outcome == "failed":
             words = ", ".join(f"{s} {g.outcome} (n = {g.n})" for s, g in parts)
             return pooled.model_copy(
@@ -134,8 +134,8 @@ LEAK_PROBES = "leak_probes"
 
 
 def _earned_one(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> GateResult:
-    judged = judge(report, rule, alpha=alpha, margin=margin)
-    result = judged.result
+    decision = decide(report, rule, alpha=alpha, margin=margin)
+    result = decision.result
     if rule.metric == LEAK_PROBES:
         dropped = [p for s, ps in report.probes_dropped.items() if rule.suite in ("all", s) for p in ps]
         if dropped:
@@ -149,7 +149,7 @@ def _earned_one(report: AuditReport, rule: RuleLike, *, alpha: float, margin: fl
         return result.model_copy(update={"control": shown})
     if not needs_control(rule.metric) or result.test == EQUALITY:
         return result
-    if judged.floors_own and result.outcome == "held":  # B5's own state: equality decides
+    if decision.floors_own and result.outcome == "held":  # B5's own state: equality decides
         return result
     if rule.method == CONTROL:  # the control held to its own rule: it can never fail itself to earn a hold
         if result.outcome != "held":
@@ -167,6 +167,13 @@ def _earned_one(report: AuditReport, rule: RuleLike, *, alpha: float, margin: fl
     }
     ctrl = control_outcome(report, rule, sessions, alpha=alpha, margin=margin)
     update: dict[str, object] = {"control": ctrl.text, "control_rate": ctrl.rate}
+    # an inconclusive rule whose control more sessions would make fail stays inconclusive, with the n that
+    # decides both; a hold the control did not earn, or a rule no n lets the control fail, is insensitive
+    more_n = result.outcome == "inconclusive" and ctrl.n_to_fail is not None
+    if more_n and result.n_needed is not None:
+        n = max(ctrl.n_to_fail or 0, result.n_needed)
+        said = f"{result.detail}; and {what_would_decide(ctrl)}"
+        return result.model_copy(update={**update, "n_needed": n, "detail": said})
     if not ctrl.fails and result.outcome in ("held", "inconclusive"):
         update["outcome"] = "insensitive"
         # both must decide: the control fail the rule, and the method's bound reach the margin
@@ -218,7 +225,7 @@ def _control_states(report: AuditReport, suite: str) -> list[StateAudit]:
 def control_outcome(
     report: AuditReport, rule: RuleLike, sessions: set[str], *, alpha: float, margin: float
 ) -> ControlOutcome:
-    """The rule decided for the no-forget control on ``sessions`` by the same test (``verdict.judge``):
+    """The rule decided for the no-forget control on ``sessions`` by the same test (``verdict.decide``):
     ``fails`` when that verdict is *failed* on evidence (a control that could not be measured, or was not
     recorded, fails nothing)."""
     side = report.side
@@ -239,7 +246,7 @@ def control_outcome(
                 ControlOutcome(False, f"B0 (no forget) not measured here: {ev.detail}", "unmeasured")
             )
             continue
-        got = judge(same, r, alpha=alpha, margin=margin).result
+        got = decide(same, r, alpha=alpha, margin=margin).result
         broke = _broken(r, ev)
         metric = weighed_metric(r)
         need = (

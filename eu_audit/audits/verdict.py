@@ -375,7 +375,7 @@ def unmeasured_reason(state: StateAudit, name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Judged:
+class Decision:
     """One rule's verdict on one method's states, before its hold is earned against the control
     (``eu_audit.audits.sensitivity``)."""
 
@@ -384,19 +384,19 @@ class Judged:
     floors_own: bool = False
 
 
-def judge(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> Judged:
+def decide(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> Decision:
     """The verdict of one parsed rule on a finished audit, by the evidence alone. The same function decides
     the rule for the no-forget control, so a hold is earned by the same test (``sensitivity``)."""
     ev = gather(report, rule)
     if isinstance(ev, GateResult):
-        return Judged(ev)
+        return Decision(ev)
     floors_own = ev.identical and not ev.missing and is_exact(report.engine)
     if is_fact(rule.rhs):
-        return Judged(_fact(rule, ev), floors_own)
+        return Decision(_fact(rule, ev), floors_own)
     metric = weighed_metric(rule)
     if metric is None:
-        return Judged(_observed(rule, ev), floors_own)
-    return Judged(_weigh(report, rule, metric, ev, alpha, margin), floors_own)
+        return Decision(_observed(rule, ev), floors_own)
+    return Decision(_weigh(report, rule, metric, ev, alpha, margin), floors_own)
 
 
 def weighed_metric(rule: RuleLike) -> Metric | None:

@@ -54,7 +54,6 @@ from eu_audit.blackbox.tamper import (
     MODEL_ENDPOINTS,
     TamperEvidence,
     Tenant,
-    check_reference_answers,
     find_tampering,
 )
 from eu_audit.bundle.io import write_bundle
@@ -284,6 +283,23 @@ def _in_random_order(jobs: list[tuple[int, Episode, str, World]]) -> list[tuple[
     return out
 
 
+def _tamper_findings(
+    serve: ServeControl,
+    entries: list[dict[str, Any]],
+    tenants: dict[str, Tenant],
+    lanes: dict[str, tuple[str, str]],
+    first: tuple[str, str],
+) -> TamperEvidence:
+    """What the agent did to get around the measurement, from serve's log (where there is one), and z in
+    the reference's answers that its model never wrote (read without serve too: then no call explains z)."""
+    found = TamperEvidence()
+    if serve.url is not None:
+        found = find_tampering(
+            entries, key=serve.key, sent=serve.numbers.sent, tenants=tenants, lanes=lanes, first=first
+        )
+    return found
+
+
 def _header(
     opts: AgentRecordOptions, info: dict[str, Any], caps: Capabilities, digest: str, key: str
 ) -> Header:
@@ -384,19 +400,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         ]
     by_tenant = {(t.session, t.method): name for name, t in tenants.items()}
     attach_disks(sessions, disks, by_tenant)
-    # without serve no model call shows its model wrote z: the reference's answers are read all the same
-    found = TamperEvidence()
-    if serve.url is not None:
-        found = find_tampering(
-            entries,
-            key=serve.key,
-            sent=serve.numbers.sent,
-            tenants=tenants,
-            lanes=lanes,
-            first=(session_id_of(canonical[0][0]), AGENT_METHOD),
-        )
-    check_reference_answers(found, sessions)
-    found.attach(sessions)
+    first = (session_id_of(canonical[0][0]), AGENT_METHOD)
+    _tamper_findings(serve, entries, tenants, lanes, first).attach_to(sessions)
     if progress:
         progress("written", len(canonical), len(canonical))
     header = _header(opts, info, caps, digest, serve.key)

@@ -100,6 +100,11 @@ class TamperEvidence:
         self.counts[where][kind] += 1
         self.examples.setdefault(where, {}).setdefault(kind, example[:300])
 
+    def attach_to(self, traces: list[SessionTrace]) -> None:
+        """The reference's answers read (``check_reference_answers``), then every finding attached."""
+        check_reference_answers(self, traces)
+        self.attach(traces)
+
     def attach(self, traces: Iterable[SessionTrace]) -> None:
         """Keep each tenant's attempts on its first check's residue record (where merge and audit read
         them)."""

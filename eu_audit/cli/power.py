@@ -101,7 +101,7 @@ def power(
     blind = []
     for g in evaluate(rep, rules, alpha=alpha, margin=margin):
         decide = fresh = "-"
-        shown = "-" if not g.control else g.control.split(":", 1)[0]
+        shown = _control_cell(g.control)
         if g.outcome == "inconclusive":
             decide = str(g.n_needed) if g.n_needed else "none"
             n_plan = plan_rule(rep, parsed[g.rule], alpha=alpha, margin=margin, chance=chance)
@@ -120,3 +120,13 @@ def power(
             "fail it; 'no n': the control never showed z there (or too rarely for any n): a model that "
             "repeats z, or a probe that draws it out, would.",
         )
+
+
+def _control_cell(control: str) -> str:
+    """A rule's control in a table cell: "2 of 2, fails it" (what B0 did with the same rule), or "-"."""
+    import re
+
+    m = re.search(r"broke it in (\d+ of \d+)", control)
+    if m is None:
+        return control.split(":", 1)[0] if control else "-"
+    return f"{m.group(1)}, {'fails it' if 'and fails it' in control else 'does not fail it'}"
