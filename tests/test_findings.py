@@ -151,3 +151,20 @@ def test_b1_leaks_like_b0_is_tested_against_b0_as_the_paper_states_it() -> None:
         parse_rule("b1.leak_any==b0")
     with pytest.raises(BadInput, match="method 'b42' is not audited here"):
         check_rules(["b1.leak_any<=b42"], rep.methods, rep.suites)
+
+
+def test_a_finding_whose_values_are_another_methods_session_for_session_is_marked_by_construction() -> None:
+    """On the B3-resident run, B1's and B3's any-leak and B1's CAD are B0's in every one of 30 sessions:
+    those findings restate B0's measurement, so they are marked and never counted as separate evidence.
+    B7's equality with B5 is its own finding (at the floor, never 'by construction')."""
+    from eu_audit.audits.findings import reproduced_count
+
+    root = Path(__file__).parent.parent / "reports" / "b3-resident-qwen2.5" / "rows" / "audits"
+    judged = judge(read_report(next(root.glob("*.json"))))
+    by = {j.finding.claim: j.verdict for j in judged}
+    assert by[claim("b0", "B0")] == by[claim("b7", "B7")] == "reproduced"
+    built = [c for c, v in by.items() if v.startswith("reproduced by construction: the same")]
+    assert len(built) == 3 and all("as B0 in all 30 sessions" in by[c] for c in built)
+    assert (
+        reproduced_count(judged) == "2 of 5 findings reproduced as separate evidence, 3 more by construction"
+    )

@@ -151,7 +151,8 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
     # 2 sessions x 3 tenants: the agent, the reference B5 and the positive control B0 (never sent the forget)
     assert len(first) == 6 and all(r["context_calls"] for r in first)
     after = {(r["session_id"], r["after"]): r for r in residues if r.get("after")}
-    assert len(after) == 2 * 3  # three events on each agent tenant, none on the reference
+    # three events on each agent tenant and on each no-forget tenant (its after.* controls), none on B5
+    assert len(after) == 2 * 3 * 2 and {sid.split("/")[1] for sid, _ in after} == {"agent", "b0"}
     for (sid, event), r in after.items():
         if event == "compact" and r.get("skipped"):
             assert r["skipped"] == "agent lacks compact", r

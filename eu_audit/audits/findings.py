@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from eu_audit.audits.model import AuditReport, GateResult
+from eu_audit.audits.model import FLOOR, AuditReport, GateResult
 
 Decisive = Literal["held", "failed"]
 
@@ -97,15 +97,58 @@ def judge(report: AuditReport, findings: Sequence[Finding] = PAPER) -> list[Judg
     (``eu_audit.audits.verdict``)."""
     from eu_audit.audits.gate import evaluate
 
-    judged = []
+    judged: list[Judged] = []
     for f in findings:
         if f.method not in report.methods:
             continue
         f = on_given_suites(report, f)
         wanted = [*f.rules, *(rule for rule, _ in f.given)]
         results = {r.rule: r for r in evaluate(report, wanted) if r.rule in wanted}
-        judged.append(Judged(f, _verdict(f, results, report), list(results.values())))
+        verdict = _verdict(f, results, report)
+        if verdict == "reproduced":
+            earlier = [j.finding.method for j in judged if j.finding.method != f.method]
+            if twin := same_values_as(report, f, earlier):
+                verdict = f"{BY_CONSTRUCTION} {twin}"
+        judged.append(Judged(f, verdict, list(results.values())))
     return judged
+
+
+#: a reproduced finding whose method has, on every session, the very values an earlier finding's method
+#: has on the rules' metrics: it follows from that finding by construction and is no separate evidence
+BY_CONSTRUCTION = "reproduced by construction:"
+
+
+def same_values_as(report: AuditReport, f: Finding, earlier: Sequence[str]) -> str:
+    """ "the same leak_any as B0 in all 30 sessions" when ``f``'s method has, session by session, the values
+    of an earlier-judged method on every metric its rules read; "" when none does."""
+    from eu_audit.audits.gate import parse_rule
+    from eu_audit.audits.rules import value_of
+
+    metrics = sorted({parse_rule(r).metric for r in f.rules})
+
+    def values(method: str) -> dict[str, tuple[float | None, ...]]:
+        return {
+            s.session_id: tuple(value_of(s, m) for m in metrics)
+            for s in report.states
+            if s.method == method and not s.error
+        }
+
+    mine = values(f.method)
+    if not mine or mine == values(FLOOR) or all(v is None for vs in mine.values() for v in vs):
+        return ""  # at the floor: each method's equality with B5 is its own finding (B7 == B5)
+    for other in dict.fromkeys(earlier):
+        if values(other) == mine:
+            said = f"the same {', '.join(metrics)} as {other.upper()} in all {len(mine)} sessions"
+            return f"{said} (not separate evidence)"
+    return ""
+
+
+def reproduced_count(judged: Sequence[Judged]) -> str:
+    """ "3 of 5 findings reproduced as separate evidence, 2 more by construction" for a report's headline."""
+    plain = sum(j.verdict == "reproduced" for j in judged)
+    built = sum(j.verdict.startswith(BY_CONSTRUCTION) for j in judged)
+    more = f", {built} more by construction" if built else ""
+    return f"{plain} of {len(judged)} findings reproduced as separate evidence{more}"
 
 
 def _on_suite(rule: str, suite: str) -> str:
@@ -148,7 +191,7 @@ def _verdict(f: Finding, results: dict[str, GateResult], report: AuditReport) ->
         if got.outcome == "inconclusive":
             return f"not shown at n = {got.n}"
         if got.outcome == "insensitive":
-            return f"not testable here: `{rule}` insensitive ({got.control})"
+            return f"not testable here: `{rule}` insensitive, not {outcome}"
         if got.outcome != outcome:
             return f"not testable here: `{rule}` {got.outcome}"
     outcomes = {results[r].outcome for r in f.rules}
