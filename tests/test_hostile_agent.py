@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -239,3 +240,19 @@ def test_a_call_quoting_a_turn_its_tenant_had_not_been_sent_yet_is_tampering() -
 
     assert at(150.0) == {"unfed_text": 1}  # logged before the harness sent it the turn
     assert at(250.0) == {}  # after: an honest call
+
+
+def test_eu_audits_own_agent_tokenizes_with_the_model_serve_runs_and_refuses_another(serve: str) -> None:
+    """Token-id prompts carry no words: an agent tokenizing with another model's tokenizer would send serve
+    other words, silently (the B7 agent on Qwen once sent SmolLM2 ids, and its control never said z). By
+    default it takes the model serve lists; another one named is refused before it serves anything."""
+    from eu_audit.engines.served import served_model
+    from eu_audit.models import FAST_MODEL
+
+    assert served_model(serve) == TINY_MODEL
+    proc = run_cli("agent", "--serve", serve, "--model", FAST_MODEL, "--port", "9")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"serves {TINY_MODEL}" in proc.stderr and f"--model {TINY_MODEL}" in proc.stderr
+    with cli_server("agent", "--serve", serve) as agent:  # serve's own model: it starts and answers
+        got = json.loads(urllib.request.urlopen(agent + "/eu-audit/v1/capabilities").read())
+        assert "eu-audit reference agent" in got["name"]

@@ -11,7 +11,7 @@ from eu_audit.cli.app import (
     err,
     say,
 )
-from eu_audit.models import FAST_MODEL
+from eu_audit.errors import BadInput
 
 
 @app.command("agent")
@@ -24,7 +24,13 @@ def agent_cmd(
             "changes nothing; a gate must never pass it)."
         ),
     ] = "b7",
-    model: Annotated[str, typer.Option(help="The model serve runs (for its tokenizer).")] = FAST_MODEL,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The model serve runs, for its tokenizer (default: the one serve lists at /v1/models; a "
+            "model other than serve's is refused, its token ids would be other words)."
+        ),
+    ] = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 9000,
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     max_tokens: Annotated[int, typer.Option(min=1, help="Cap on tokens per model turn.")] = 48,
@@ -42,6 +48,12 @@ def agent_cmd(
 
     if forget not in FORGET_KINDS:
         raise typer.BadParameter(f"--forget must be one of {', '.join(FORGET_KINDS)}")
+    from eu_audit.engines.served import served_model
+
+    if model is None:
+        model = served_model(serve_url)
+        if model is None:
+            raise BadInput(f"--serve {serve_url} lists no model eu-audit knows at /v1/models: give --model")
     engine = open_engine("openai", model, server=serve_url)
     ref = ReferenceAgent(engine, forget=forget, max_tokens=max_tokens)
     say(err, f"eu-audit agent (forget = {forget}) on http://{host}:{port}, model via {serve_url}")

@@ -31,13 +31,23 @@ from eu_audit.engines.base import ENGINES, Abilities, Sampling, TokenAccount
 from eu_audit.engines.schedule import Schedule
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, request_json
-from eu_audit.models import LoadedModel, load_model
+from eu_audit.models import MODELS, LoadedModel, load_model
 
 if TYPE_CHECKING:
     from eu_audit.engines.constraint import Constraint
 
 SERVER_ENV = "EU_AUDIT_SERVER"  # the server's base URL when --server is not given
 DIALECTS = ("llamacpp", "vllm", "sglang", "eu-audit", "openai")
+
+
+def served_model(url: str) -> str | None:
+    """The registered model a server lists first at ``/v1/models`` (eu-audit serve lists the one it runs);
+    None when it lists none that eu-audit knows."""
+    listed = Server(url).probe("/v1/models")
+    if isinstance(listed, dict) and listed.get("data"):
+        name = str(listed["data"][0].get("id"))
+        return name if name in MODELS.names() else None
+    return None
 
 
 class Server:
@@ -139,6 +149,13 @@ class OpenAIEngine(Schedule):
         info = info if info is not None else self._server_info()
         self.server_facts = info
         self.model_id = model_id or info.get("model_id") or loaded.name
+        served = str(info.get("model_id") or "")
+        if served != loaded.name and served in MODELS.names():
+            # token-id prompts: another model's tokenizer would send the server other words, silently
+            raise BadInput(
+                f"{server.url} serves {served}, but this engine tokenizes with {loaded.name}'s tokenizer: "
+                f"its token ids would be other words to {served}; use --model {served}"
+            )
         self.dialect = dialect or info.get("dialect") or "openai"
         if self.dialect not in DIALECTS:
             raise BadInput(f"unknown server dialect '{self.dialect}' (known: {', '.join(DIALECTS)})")
