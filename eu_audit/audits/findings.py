@@ -199,7 +199,7 @@ def _verdict(f: Finding, results: dict[str, GateResult], report: AuditReport) ->
     if outcomes == {f.reproduced_when}:
         return "reproduced"
     if "insensitive" in outcomes and f.reproduced_when == "held":
-        return "not testable here: the positive control (B0) never showed z"
+        return "not testable here: the positive control (B0) did not fail the rule"
     if opposite in outcomes:
         return "not reproduced"
     return f"not shown at n = {min(results[r].n for r in f.rules)}"

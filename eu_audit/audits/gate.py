@@ -212,7 +212,8 @@ def exit_code(
     results: Sequence[GateResult], *, inconclusive_passes: bool = False, insensitive_passes: bool = False
 ) -> int:
     """0 every rule held; 1 a rule failed; 4 none failed but one is inconclusive (more sessions would
-    decide it) or insensitive (its positive control never showed z: ``eu_audit.audits.sensitivity``),
+    decide it) or insensitive (the same rule did not fail for its positive control, so it cannot tell a
+    forget from none: ``eu_audit.audits.sensitivity``),
     unless the team accepts that explicitly, each apart."""
     if any(g.outcome == "failed" for g in results):
         return 1

@@ -148,8 +148,9 @@ GROUP_SENTENCES = (
     ),
     (
         "insensitive",
-        "Not shown to forget here (no rule failed; some are insensitive: their positive control, the state "
-        "without the forget, never showed z, so those measurements cannot tell a forget from none)",
+        "Not shown to forget here (no rule failed; some are insensitive: the same rule did not fail for "
+        "their positive control, the state without the forget, so those measurements cannot tell a forget "
+        "from none)",
     ),
     ("fails another rule", "Fail a rule against the floor"),
     (

@@ -62,7 +62,7 @@ AuditOnInconclusive = Annotated[
 AuditOnInsensitive = Annotated[
     str,
     typer.Option(
-        help="fail (exit 4, the default: a rule whose positive control never showed z cannot tell a forget "
+        help="fail (exit 4, the default: a rule its positive control did not fail cannot tell a forget "
         "from none) or pass (accept such a rule, explicitly; it stays insensitive in JSON, JUnit, receipt)."
     ),
 ]
@@ -335,9 +335,10 @@ def apply_gates(
     if code == 4 and on_insensitive != "pass" and any(g.outcome == "insensitive" for g in rep.gates):
         say(
             err,
-            "some rules are insensitive (exit 4): their positive control (B0, no forget) never showed z, so "
-            "they cannot tell a forget from none; measure on a model or suite where the no-forget state "
-            "leaks, or accept it with --on-insensitive pass",
+            "some rules are insensitive (exit 4): the same rule did not fail for their positive control (B0, "
+            "no forget), so they cannot tell a forget from none; each says what would decide it (more "
+            "sessions, or a model or suite where the no-forget state leaks), or accept it with "
+            "--on-insensitive pass",
         )
     if code == 4 and on_inconclusive != "pass" and any(g.outcome == "inconclusive" for g in rep.gates):
         say(

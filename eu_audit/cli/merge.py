@@ -42,7 +42,7 @@ def merge(
     on_insensitive: Annotated[
         str,
         typer.Option(
-            help="With audits: a rule whose positive control never showed z: fail (exit 4) or pass."
+            help="With audits: a rule its positive control did not fail (insensitive): fail (exit 4) or pass."
         ),
     ] = "fail",
     force: Force = False,
