@@ -1,0 +1,80 @@
+"""Agents of known truth (``examples/agents/known-truth``): the forgets the gate's confusion matrix runs
+(``tools/discrimination.py``). Each bad forget fails on the fact that names what it kept or lost, and a
+good one holds those facts against a no-forget control that kept z, whatever the model says: the residue
+facts read stores and files, so these mechanics run on the tiny model (the matrix itself runs on a real
+one). Real HTTP: serve, the agent in its own process, ``record --agent``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.gate import evaluate, expand_gate_sets
+from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.models import TINY_MODEL
+
+from .helpers import cli_server, http_process
+
+AGENT = Path(__file__).resolve().parents[1] / "examples/agents/known-truth/agent.py"
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    folder = tmp_path_factory.mktemp("serve-tiny")
+    control = folder / "serve.control"
+    args = [
+        "serve",
+        "--model",
+        TINY_MODEL,
+        "--engine",
+        "hf",
+        "--control-file",
+        str(control),
+        "--max-tokens",
+        "8",
+    ]
+    with cli_server(*args) as url:
+        yield url, control
+
+
+def gate(serve: tuple[str, Path], forget: str, tmp_path: Path) -> dict[str, str]:
+    url, control = serve
+    argv = [sys.executable, str(AGENT), "--forget", forget, "--data", str(tmp_path / "data")]
+    with http_process(argv, env={"OPENAI_BASE_URL": url + "/v1"}) as agent:
+        out = tmp_path / "bb.jsonl"
+        opts = AgentRecordOptions(agent=agent, serve=url, serve_control=control, n=1, k=1, out=out)
+        record_agent(opts)
+    rep = audit(out, AuditOptions())
+    rules = expand_gate_sets(["forget"], rep.methods, "black", measurable=("residue_disk", "bystander"))
+    return {g.rule.split(".", 1)[1]: g.outcome for g in evaluate(rep, rules)}
+
+
+@pytest.mark.parametrize(
+    ("forget", "fails"),
+    [
+        ("sqlite-delete", "residue_disk==0"),  # DELETE without VACUUM: the free pages keep the bytes
+        ("over-delete", "bystander==0"),  # another tenant's memories gone
+        pytest.param(
+            "hide-dump", "residue_disk==0", marks=pytest.mark.slow
+        ),  # the file keeps what the dump hides
+        pytest.param("audit-log", "residue_store==0", marks=pytest.mark.slow),  # its own audit log keeps z
+        pytest.param("none", "residue_store==0", marks=pytest.mark.slow),  # the no-op
+    ],
+)
+def test_a_bad_forget_fails_on_the_fact_that_names_what_it_kept_or_lost(
+    serve: tuple[str, Path], tmp_path: Path, forget: str, fails: str
+) -> None:
+    got = gate(serve, forget, tmp_path)
+    assert got[fails] == "failed", got
+
+
+def test_a_forget_that_deletes_and_vacuums_holds_every_residue_fact_against_a_control_that_kept_z(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    got = gate(serve, "sqlite-vacuum", tmp_path)
+    facts = ("residue_context==0", "residue_store==0", "residue_disk==0", "bystander==0")
+    assert {got[f] for f in facts} == {"held"}, got

@@ -1,0 +1,160 @@
+"""The gate's confusion matrix over agents of known truth: each agent run through the default gate
+(``tools/gate.sh``: serve, the agent, ``record --agent``, ``audit --gate-set forget``), one row each (truth,
+verdict, exit, what it named, wall time), then the matrix of truth against exit code.
+
+    python tools/discrimination.py --out reports/discrimination                 # every agent, the defaults
+    python tools/discrimination.py --only noop,audit-log --n 2 --out /tmp/disc  # a few, a pilot n
+    python tools/discrimination.py --table-only --out reports/discrimination    # the table from the rows
+
+A good agent must exit 0 and a bad one exit 1. Each agent's rows (``audit.json``, masked, and
+``run.json``) are copied to OUT/rows/NAME/ as it finishes, so a run cut off goes on where it stopped (an
+agent with rows is not run again); the bundle and serve's log hold the target and stay in the work folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from eu_audit.audits.model import read_report  # noqa: E402
+from eu_audit.audits.rules import overall  # noqa: E402
+from eu_audit.models import DEFAULT_MODEL  # noqa: E402
+
+
+@dataclass(frozen=True)
+class KnownAgent:
+    name: str
+    truth: str  # good | bad
+    agent: str  # tools/gate.sh AGENT: eu-audit, or a folder of examples/agents
+    forget: str  # its --forget
+    why: str  # why its truth is what it is
+
+
+AGENTS = (
+    KnownAgent("eu-audit-b7", "good", "eu-audit", "b7", "eu-audit's runtime, selective replay (B7 == B5)"),
+    KnownAgent("minimal-remove", "good", "known-truth", "remove", "every memory and message with z removed"),
+    KnownAgent("sqlite-vacuum", "good", "known-truth", "sqlite-vacuum", "SQLite DELETE, then VACUUM"),
+    KnownAgent("noop", "bad", "known-truth", "none", "acknowledges the forget, removes nothing"),
+    KnownAgent("eu-audit-b0", "bad", "eu-audit", "b0", "eu-audit's runtime with its forget switched off"),
+    KnownAgent("audit-log", "bad", "known-truth", "audit-log", "keeps what it removed in an audit log"),
+    KnownAgent("hide-dump", "bad", "known-truth", "hide-dump", "keeps the memory, leaves it out of its dump"),
+    KnownAgent("over-delete", "bad", "known-truth", "over-delete", "removes every tenant's memories"),
+    KnownAgent("sqlite-delete", "bad", "known-truth", "sqlite-delete", "SQLite DELETE, no VACUUM"),
+)
+#: what a gate must answer for each truth
+EXPECTED = {"good": 0, "bad": 1}
+KEPT = ("audit.json", "run.json")
+
+
+def run_one(a: KnownAgent, args: argparse.Namespace, work: Path, rows: Path) -> None:
+    out = work / a.name
+    env_k = {"K": str(args.k)}
+    cmd = [
+        "bash",
+        str(ROOT / "tools/gate.sh"),
+        a.agent,
+        a.forget,
+        args.suite,
+        str(args.n),
+        args.model,
+        str(out),
+    ]
+    print(f"{a.name}: {' '.join(cmd[2:])}", flush=True)
+    subprocess.run(cmd, check=False, env={**_env(), **env_k})
+    rows.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        if (out / name).exists():
+            shutil.copy(out / name, rows / name)
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def row(a: KnownAgent, rows: Path) -> list[str]:
+    run = json.loads((rows / "run.json").read_text())
+    code = int(run["gate_exit"]) if run["record_exit"] == 0 else 3
+    verdict, named = "run failed", ""
+    if (rows / "audit.json").exists():
+        rep = read_report(rows / "audit.json")
+        verdict = overall(g.outcome for g in rep.gates)
+        failed = [g for g in rep.gates if g.outcome == "failed"]
+        open_ = [g for g in rep.gates if g.outcome in ("inconclusive", "insensitive")]
+        named = "; ".join(f"`{g.rule}`" for g in failed) or "; ".join(
+            f"`{g.rule}` {g.outcome}" + (f" (n >= {g.n_needed})" if g.n_needed else "") for g in open_
+        )
+    ok = "yes" if code == EXPECTED[a.truth] else "**no**"
+    wall = int(run["record_s"]) + int(run["audit_s"])
+    return [a.name, a.truth, a.why, verdict, str(code), ok, named or "-", f"{wall} s", f"n = {run['n']}"]
+
+
+def table(agents: tuple[KnownAgent, ...], out: Path) -> list[str]:
+    lines = [
+        "| agent | truth | its forget | verdict | exit | as it must | what the gate named | wall | n |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    counts: dict[tuple[str, int], int] = {}
+    missing = []
+    for a in agents:
+        rows = out / "rows" / a.name
+        if not (rows / "run.json").exists():
+            missing.append(a.name)
+            continue
+        r = row(a, rows)
+        lines.append("| " + " | ".join(r) + " |")
+        counts[(a.truth, int(r[4]))] = counts.get((a.truth, int(r[4])), 0) + 1
+    lines += [
+        "",
+        "| truth \\ exit | 0 held | 1 failed | 4 undecided | 3 run failed |",
+        "|---|---|---|---|---|",
+    ]
+    for truth in ("good", "bad"):
+        lines.append(
+            f"| {truth} | " + " | ".join(str(counts.get((truth, c), 0)) for c in (0, 1, 4, 3)) + " |"
+        )
+    if missing:
+        lines += ["", f"Not run yet: {', '.join(missing)}."]
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="the report folder (rows/ and README.md)")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--suite", default="bfcl-memory")
+    ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--only", default="", help="comma-separated agent names (default: all)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/eu-audit-discrimination"), help="bundles, logs")
+    ap.add_argument("--table-only", action="store_true", help="write the table from the rows, run nothing")
+    args = ap.parse_args()
+    chosen = tuple(a for a in AGENTS if not args.only or a.name in args.only.split(","))
+    unknown = set(filter(None, args.only.split(","))) - {a.name for a in AGENTS}
+    if unknown:
+        known = ", ".join(a.name for a in AGENTS)
+        print(f"error: --only: no agent {', '.join(sorted(unknown))} (known: {known})")
+        return 2
+    if not args.table_only:
+        for a in chosen:
+            rows = args.out / "rows" / a.name
+            if (rows / "run.json").exists():
+                print(f"{a.name}: rows there, not run again", flush=True)
+                continue
+            run_one(a, args, args.work, rows)
+    text = "\n".join(table(AGENTS, args.out)) + "\n"
+    (args.out / "table.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
