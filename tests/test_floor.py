@@ -46,3 +46,27 @@ def test_z_in_the_references_answers_is_excused_only_where_its_own_model_wrote_z
     plain = TamperEvidence()
     check_reference_answers(plain, traces)
     assert plain.counts[("s0", "b5")]["reference_answer_z"] >= 1
+
+
+def test_a_probe_the_floor_leaked_on_is_dropped_in_that_session_only_and_named_in_the_verdict() -> None:
+    """One floor answer holding z (a model that guesses it, or an agent that puts it there) drops that probe
+    where it happened, never for the whole suite: the other sessions still count it, and the Leak@probes
+    verdict names what was dropped."""
+    from eu_audit.audits.model import read_report
+    from eu_audit.audits.summary import drop_probes
+
+    rep = read_report(Path(__file__).parents[1] / "reports/audit-smollm2/rows/audits/smol10.audit.json")
+    suite = "bfcl-memory"
+    floor = [s for s in rep.states if s.method == "b5" and s.suite == suite]
+    first = floor[0]
+    first.probes = [p.model_copy(update={"leaked": p.probe == "direct"}) for p in first.probes]
+    before = {(s.method, s.session_id): s.values.get("leak_probes") for s in rep.states}
+    dropped = drop_probes(rep.states, rep.probes)
+    assert dropped[suite] == [f"direct in {first.session_id}"]
+    # every other session reads every probe as before; in the floor's session its own leak is not counted
+    after = {(s.method, s.session_id): s.values.get("leak_probes") for s in rep.states}
+    assert all(after[k] == v for k, v in before.items() if k[1] != first.session_id)
+    assert after[("b5", first.session_id)] == 0.0
+    rep = rep.model_copy(update={"probes_dropped": dropped})
+    g = evaluate(rep, [f"agent.{suite}.leak_probes<=floor".replace("agent", "b1")])[0]
+    assert f"probes dropped where the floor leaked on them: direct in {first.session_id}" in g.detail
