@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from eu_audit.audits.channels import CHANNEL_KINDS, check_tier
 from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
-from eu_audit.audits.rules import CONTROL, other_method
+from eu_audit.audits.rules import CONTROL, Rule, other_method
 from eu_audit.errors import BadInput
 from eu_audit.registry import Registry
 
@@ -33,16 +33,6 @@ _CHANNEL_RULE = re.compile(  # the channel kinds are eu_audit.audits.channels.CH
     + "|".join(CHANNEL_KINDS)
     + r")\.([\w-]+)\s*(<=|>=|==|<|>)\s*(floor|[-+]?\d*\.?\d+)\s*$"
 )
-
-
-@dataclass(frozen=True)
-class Rule:
-    text: str
-    method: str
-    suite: str
-    metric: str
-    op: str
-    rhs: str
 
 
 def parse_rule(text: str) -> Rule:

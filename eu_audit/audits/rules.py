@@ -34,9 +34,9 @@ class RuleLike(Protocol):
 
 
 @dataclass(frozen=True)
-class RuleParts:
-    """A rule as its parts, for a rule the verdicts derive from a user's (one suite of it, the same rule
-    held against the no-forget control): ``gate.Rule`` has the same fields."""
+class Rule:
+    """A parsed gate rule (``gate.parse_rule``), and the rules the verdicts derive from a user's: one suite
+    of it, the same rule held against the no-forget control (``parts_of``)."""
 
     text: str
     method: str
@@ -46,9 +46,9 @@ class RuleParts:
     rhs: str
 
 
-def parts_of(rule: RuleLike, **change: str) -> RuleParts:
-    """``rule`` as ``RuleParts``, with the fields in ``change`` replaced (the text is kept as written)."""
-    parts = RuleParts(rule.text, rule.method, rule.suite, rule.metric, rule.op, rule.rhs)
+def parts_of(rule: RuleLike, **change: str) -> Rule:
+    """``rule`` as ``Rule``, with the fields in ``change`` replaced (the text is kept as written)."""
+    parts = Rule(rule.text, rule.method, rule.suite, rule.metric, rule.op, rule.rhs)
     return replace(parts, **change)
 
 

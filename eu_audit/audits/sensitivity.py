@@ -42,8 +42,8 @@ from eu_audit.audits.rules import (
     EQUALITY,
     OPS,
     TOL,
+    Rule,
     RuleLike,
-    RuleParts,
     other_method,
     outcome_order,
     parts_of,
@@ -197,7 +197,7 @@ def what_would_decide(ctrl: ControlOutcome) -> str:
     return "no n decides it while B0 never shows z here: a model that repeats z, or a probe that draws it out"
 
 
-def _control_rules(report: AuditReport, rule: RuleLike) -> tuple[list[RuleParts], str]:
+def _control_rules(report: AuditReport, rule: RuleLike) -> tuple[list[Rule], str]:
     """The rule as the control is held to it, and the proxy's reason where a proxy stands in ("" if none)."""
     own = parts_of(rule, method=CONTROL, text=f"{CONTROL}{rule.text[len(rule.method) :]}")
     kind = rule.metric.split(".", 1)[0]
@@ -214,7 +214,7 @@ def _control_rules(report: AuditReport, rule: RuleLike) -> tuple[list[RuleParts]
     proxies = []
     for text in texts:
         metric, rhs = text.split("==")
-        proxies.append(RuleParts(f"{CONTROL}{suite}.{text}", CONTROL, rule.suite, metric, "==", rhs))
+        proxies.append(Rule(f"{CONTROL}{suite}.{text}", CONTROL, rule.suite, metric, "==", rhs))
     return proxies, f"proxy {' or '.join(p.text for p in proxies)} ({why})"
 
 
