@@ -117,7 +117,9 @@ def describe_gate_sets() -> str:
         both = [r for r in rules if "white" in METRICS.get(parse_rule(f"x.{r}").metric).sides]
         black = [r for r in rules if r not in both]
         also = f"; on a black-box agent also {', '.join(black)}" if black else ""
-        parts.append(f"'{name}' ({', '.join(both)}{also})")
+        measured = GATE_SETS.get(name).where_measured
+        where = f"; where the run can measure them, {', '.join(measured)}" if measured else ""
+        parts.append(f"'{name}' ({', '.join(both)}{also}{where})")
     return ", ".join(parts)
 
 
