@@ -16,11 +16,10 @@ model or probe that draws z out, where the control never showed z).
   z on one suite says nothing of another. A failure needs no control, so the sessions of all suites pooled
   may also show one (the paired test is valid over any sessions).
 - **Each channel its own control.** ``after.EVENT`` is B0's own recheck of that event (B0 runs the same
-  rechecks). Two proxies remain where no honest twin exists, and the verdict names them and why they
-  suffice: a run recorded before B0 ran rechecks (whether B0 kept z at all, in a prompt or a store: what
-  the event would have to bring back), and ``disk.orphans`` (an orphan is what a delete leaves, so the
-  state never sent the forget has none by construction; whether B0 held z in the files eu-audit read is
-  what the forget had to delete).
+  rechecks; a run recorded before it did has no control for the event, and the rule reads insensitive).
+  One proxy remains where no honest twin exists, and the verdict names it and why it suffices:
+  ``disk.orphans`` (an orphan is what a delete leaves, so the state never sent the forget has none by
+  construction; whether B0 held z in the files eu-audit read is what the forget had to delete).
 - **Bystanders**: a memory counts as kept only where the bystander's dump showed it right before the forget
   (``eu_audit.blackbox.bystander.kept`` counts one never shown as lost), so every hold was checked against
   memories shown present; the verdict says so.
@@ -51,20 +50,13 @@ from eu_audit.audits.rules import (
 )
 from eu_audit.audits.verdict import Evidence, decide, gather, n_to_fail, unmeasured_reason, weighed_metric
 
-#: a channel whose control is a proxy: (the proxy rules on B0, why the proxy suffices)
+#: the one channel whose control is a proxy, the proxy rule on B0, and why the proxy suffices
 ORPHANS = "disk.orphans"
-PROXIES: dict[str, tuple[tuple[str, ...], str]] = {
-    "after": (
-        ("residue_context==0", "residue_store==0"),
-        "B0 ran no such recheck in this run, so the proxy is whether B0 kept z at all, in a prompt or its "
-        "store: what the event would have to bring back",
-    ),
-    ORPHANS: (
-        ("residue_disk==0",),
-        "an orphan is what a delete leaves, so the state never sent the forget has none by construction; "
-        "whether B0 held z in the files eu-audit read is what the forget had to delete",
-    ),
-}
+ORPHANS_PROXY = (
+    "residue_disk==0",
+    "an orphan is what a delete leaves, so the state never sent the forget has none by construction; "
+    "whether B0 held z in the files eu-audit read is what the forget had to delete",
+)
 BYSTANDER = "bystander"
 
 
@@ -190,6 +182,8 @@ def what_would_decide(ctrl: ControlOutcome) -> str:
     """What would make an insensitive rule decide, in its control's terms."""
     if not ctrl.outcome:
         return "record the positive control (B0) and gate again"
+    if ctrl.outcome == "unmeasured":
+        return "record again with a B0 this rule can be measured on (today's record runs every recheck on it)"
     if ctrl.n_to_fail is not None:
         return f"at B0's observed rates n >= {ctrl.n_to_fail} session(s) would make it fail the rule"
     if ctrl.broke:
@@ -200,22 +194,13 @@ def what_would_decide(ctrl: ControlOutcome) -> str:
 def _control_rules(report: AuditReport, rule: RuleLike) -> tuple[list[Rule], str]:
     """The rule as the control is held to it, and the proxy's reason where a proxy stands in ("" if none)."""
     own = parts_of(rule, method=CONTROL, text=f"{CONTROL}{rule.text[len(rule.method) :]}")
-    kind = rule.metric.split(".", 1)[0]
-    key = ORPHANS if rule.metric == ORPHANS else kind
-    if key not in PROXIES:
-        return [own], ""
-    if kind == "after":
-        tier = rule.metric.split(".", 1)[1]
-        mine = [s for s in _control_states(report, rule.suite) if s.residue is not None]
-        if any(s.residue.after.get(tier) is not None for s in mine):
-            return [own], ""  # B0 ran the same recheck: its own channel
-    texts, why = PROXIES[key]
+    if rule.metric != ORPHANS:  # after.EVENT too: B0 runs the same rechecks (a run where it ran none
+        return [own], ""  # has no control for the event, and the rule reads insensitive)
+    text, why = ORPHANS_PROXY
+    metric, rhs = text.split("==")
     suite = f".{rule.suite}" if rule.suite != "all" else ""
-    proxies = []
-    for text in texts:
-        metric, rhs = text.split("==")
-        proxies.append(Rule(f"{CONTROL}{suite}.{text}", CONTROL, rule.suite, metric, "==", rhs))
-    return proxies, f"proxy {' or '.join(p.text for p in proxies)} ({why})"
+    proxy = Rule(f"{CONTROL}{suite}.{text}", CONTROL, rule.suite, metric, "==", rhs)
+    return [proxy], f"proxy {proxy.text} ({why})"
 
 
 def _control_states(report: AuditReport, suite: str) -> list[StateAudit]:

@@ -79,6 +79,11 @@ class Case(BaseModel):
     #: a reported bug this pack could not reproduce here, and why (what it needs that a run cannot have);
     #: the table lists it with the reason, ``pack run`` skips it, and recall never counts it
     not_reproduced: str = ""
+    #: a case marked not reproduced after it ran: release name -> the verdict it got then, so recall and
+    #: false alarms still count the run (an exclusion stays in the table with its evidence)
+    measured: dict[str, Literal["held", "failed", "inconclusive", "insensitive"]] = Field(
+        default_factory=dict
+    )
 
     #: the case's folder (set when it is loaded from its case.toml)
     _folder: Path | None = PrivateAttr(default=None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from eu_audit.pack.case import Case
 from eu_audit.pack.run import ReleaseResult
+from eu_audit.trace.records import AGENT_METHOD
 
 
 def read_results(path: Path) -> list[ReleaseResult]:
@@ -29,9 +30,23 @@ def _word(r: ReleaseResult | None, n: int) -> str:
     return f"{r.verdict}, n = {n}{mark}" if r.verdict != "run failed" else f"{r.verdict}{mark}"
 
 
+def measured_results(cases: list[Case]) -> list[ReleaseResult]:
+    """The runs of cases marked not reproduced after they ran (``Case.measured``): still counted."""
+    out = []
+    for c in cases:
+        for rel in c.releases:
+            if rel.name in c.measured:
+                verdict = c.measured[rel.name]
+                r = ReleaseResult(c.name, c.stack, rel.name, list(rel.pins), rel.expect, verdict=verdict)
+                r.as_expected = verdict == rel.expect and rel.expect != "failed"
+                out.append(r)
+    return out
+
+
 def figures(cases: list[Case], results: list[ReleaseResult]) -> tuple[str, str]:
-    """Recall over the buggy releases that ran, false alarms over the fixed ones that ran."""
-    by = {(r.case, r.release): r for r in results}
+    """Recall over every buggy release that ran, false alarms over every fixed one that ran: a case marked
+    not reproduced after it ran still counts its run (``Case.measured``)."""
+    by = {(r.case, r.release): r for r in [*measured_results(cases), *results]}
     keys = [(rel.expect, (c.name, rel.name)) for c in cases for rel in c.releases]
     ran_of = [(expect, by[key]) for expect, key in keys if key in by]
     buggy = [r for expect, r in ran_of if expect == "failed"]
@@ -56,7 +71,9 @@ def table(cases: list[Case], results: list[ReleaseResult]) -> list[str]:
         cells = [f"[{c.name}]({c.bug})", c.stack, c.leaves]
         for rel in (buggy, fixed):
             if rel is not None and not c.runnable:
-                cells += [", ".join(rel.pins), "not reproduced"]
+                got = c.measured.get(rel.name)
+                said = f"{got}, n = {c.n} (ran; expected {rel.expect}: below)" if got else "not reproduced"
+                cells += [", ".join(rel.pins), said]
                 continue
             if rel is None:
                 cells += [c.fixed or "none", "-"]
@@ -70,6 +87,56 @@ def table(cases: list[Case], results: list[ReleaseResult]) -> list[str]:
         tail += ["", "Not reproduced here, and why:", ""]
         tail += [f"- `{c.name}` ({c.stack}, {c.title}): {c.not_reproduced}" for c in skipped]
     return [*lines, "", *tail]
+
+
+def redecided(folder: Path, cases: list[Case], results: list[ReleaseResult]) -> list[ReleaseResult]:
+    """Each release whose masked audit is kept in ``folder/rows`` decided again from it by today's rules,
+    gated on its case's rules and on every rule of the forget set its run measured (a fixed release
+    holds only where nothing the gate reads keeps z, each hold earned against its control)."""
+    from eu_audit.audits.gate import evaluate, expand_gate_sets
+    from eu_audit.audits.model import read_report
+    from eu_audit.audits.rules import overall
+
+    by_name = {c.name: c for c in cases}
+    out = []
+    for r in results:
+        rows = folder / "rows" / f"{r.case}-{r.release}.audit.json"
+        case = by_name.get(r.case)
+        if case is None or not rows.is_file() or r.verdict == "run failed":
+            out.append(r)
+            continue
+        rep = read_report(rows)
+        # the forget set's facts about what the release keeps or loses (its stores, files, prompts, another
+        # tenant's memories), where its run measured them: what a case's store bug is about. The rules on
+        # what the agent says need a model that repeats z (the pack runs on SmolLM2: they never decide)
+        measured = {
+            m for s in rep.states if s.method == AGENT_METHOD for m, v in s.values.items() if v is not None
+        }
+        forget = [
+            r for r in expand_gate_sets(["forget"], rep.methods, rep.side, measured) if _keeps(r, measured)
+        ]
+        rules = list(dict.fromkeys([*case.gate, *forget]))
+        gates = evaluate(rep, rules)
+        again = ReleaseResult(**{**r.__dict__, "rules": {g.rule: g.outcome for g in gates}})
+        again.verdict = overall(g.outcome for g in gates)
+        if again.verdict != "failed":
+            open_ = [f"{g.rule} {g.outcome}" for g in gates if g.outcome != "held"]
+            again.where = "; ".join(open_)
+        else:
+            failed = "; ".join(f"{g.rule}: {g.detail}" for g in gates if g.outcome == "failed")
+            again.where = r.where if r.verdict == "failed" else failed
+        again.as_expected = again.verdict == r.expect and (r.expect != "failed" or r.named)
+        out.append(again)
+    return out
+
+
+def _keeps(rule: str, measured: set[str]) -> bool:
+    """A rule of the forget set on what a release keeps or loses, which its run measured."""
+    from eu_audit.audits.gate import parse_rule
+    from eu_audit.audits.metric import METRICS
+
+    metric = parse_rule(rule).metric
+    return metric in measured and (METRICS.get(metric).shows == "keeps" or not METRICS.get(metric).control)
 
 
 def details(results: list[ReleaseResult]) -> list[str]:
@@ -89,7 +156,13 @@ there is one, the release that fixed it; the same reference agent and episode ru
 the gate must **fail** the buggy release naming the place (a table, a file region, a vector, a bystander)
 and **hold** the fixed one. Cases: [`pack/`](../../pack/) (one `case.toml` each); made by
 `eu-audit pack run [CASE] -o OUT --report reports/pack`, which adds each release's row to
-[`results.jsonl`](results.jsonl) and keeps its masked audit in `rows/`.
+[`results.jsonl`](results.jsonl) and keeps its masked audit in `rows/`. Every verdict below is decided
+again from those audits by today's rules, each release gated on its case's rules and on every rule of the
+forget set on what it keeps or loses that its run measured (stores, files, prompts, a bystander's
+memories), each hold earned against the no-forget tenant: a fixed release that still
+keeps z somewhere the gate reads fails (mem0-4349's history table, the open mem0-6512), and one whose
+rules its control could not fail reads insensitive. A case marked not reproduced after it ran keeps its
+run's verdicts in the figures.
 """
 
 
@@ -113,8 +186,20 @@ def write_pack_report(folder: Path, cases: list[Case], results: list[ReleaseResu
         if audit.is_file():  # masked: the audit never holds z unless made with --reveal-target
             (folder / "rows").mkdir(exist_ok=True)
             shutil.copyfile(audit, folder / "rows" / f"{r.case}-{r.release}.audit.json")
+    return write_readme(folder, cases, merged)
+
+
+def write_readme(folder: Path, cases: list[Case], results: list[ReleaseResult]) -> Path:
+    """README.md from the rows: every release decided again by today's rules (``redecided``)."""
+    from eu_audit.jsonl import atomic_writer
+
     readme = folder / "README.md"
-    shown = [c for c in cases if not c.runnable or any(r.case == c.name for r in merged)]
     with atomic_writer(readme, private=False) as f:
-        f.write("\n".join([HEADER, *table(shown, merged), "", "Per release:", "", *details(merged), ""]))
+        f.write(readme_text(folder, cases, results))
     return readme
+
+
+def readme_text(folder: Path, cases: list[Case], results: list[ReleaseResult]) -> str:
+    now = redecided(folder, cases, results)
+    shown = [c for c in cases if not c.runnable or any(r.case == c.name for r in now)]
+    return "\n".join([HEADER, *table(shown, now), "", "Per release:", "", *details(now), ""])
