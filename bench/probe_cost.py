@@ -22,8 +22,8 @@ from pathlib import Path
 from eu_audit.audits.probes import ProbeRunner, load_probes
 from eu_audit.bundle.io import SessionTrace, read_bundle
 from eu_audit.engines.hf import HFEngine
-from eu_audit.record import RecordOptions, record
 from eu_audit.models import LoadedModel, load_model
+from eu_audit.record import RecordOptions, record
 from eu_audit.trace.state import rebuild_state
 
 

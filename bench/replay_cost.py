@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from eu_audit.episodes import Episode
-from eu_audit.record import RecordOptions, record
 from eu_audit.models import load_model
+from eu_audit.record import RecordOptions, record
 from eu_audit.unlearn import unlearn
 
 HANDBOOK = (

@@ -36,8 +36,8 @@ from eu_audit.audits.serving import measure
 from eu_audit.bundle.io import read_bundle
 from eu_audit.engines.llamacpp_server import free_port, running, wait_healthy
 from eu_audit.engines.served import OpenAIEngine, Server
-from eu_audit.record import RecordOptions, record
 from eu_audit.models import load_model, prepare, resolve_model
+from eu_audit.record import RecordOptions, record
 from eu_audit.unlearn import unlearn
 
 
