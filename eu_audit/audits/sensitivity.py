@@ -48,7 +48,7 @@ from eu_audit.audits.rules import (
     parts_of,
     value_of,
 )
-from eu_audit.audits.verdict import Evidence, decide, gather, n_to_fail, unmeasured_reason, weighed_metric
+from eu_audit.audits.verdict import Evidence, decide, n_to_fail, unmeasured_reason, weighed_metric
 
 #: the one channel whose control is a proxy, the proxy rule on B0, and why the proxy suffices
 ORPHANS = "disk.orphans"
@@ -191,16 +191,17 @@ def what_would_decide(ctrl: ControlOutcome) -> str:
     return "no n decides it while B0 never shows z here: a model that repeats z, or a probe that draws it out"
 
 
-def _control_rules(report: AuditReport, rule: RuleLike) -> tuple[list[Rule], str]:
-    """The rule as the control is held to it, and the proxy's reason where a proxy stands in ("" if none)."""
-    own = parts_of(rule, method=CONTROL, text=f"{CONTROL}{rule.text[len(rule.method) :]}")
-    if rule.metric != ORPHANS:  # after.EVENT too: B0 runs the same rechecks (a run where it ran none
-        return [own], ""  # has no control for the event, and the rule reads insensitive)
+def _control_rule(rule: RuleLike) -> tuple[Rule, str]:
+    """The rule as the control is held to it, and the proxy's reason where a proxy stands in ("" if none):
+    its own rule, ``after.EVENT`` too (B0 runs the same rechecks; a run where it ran none has no control
+    for the event, and the rule reads insensitive); for ``disk.orphans``, the stated proxy."""
+    if rule.metric != ORPHANS:
+        return parts_of(rule, method=CONTROL, text=f"{CONTROL}{rule.text[len(rule.method) :]}"), ""
     text, why = ORPHANS_PROXY
     metric, rhs = text.split("==")
     suite = f".{rule.suite}" if rule.suite != "all" else ""
     proxy = Rule(f"{CONTROL}{suite}.{text}", CONTROL, rule.suite, metric, "==", rhs)
-    return [proxy], f"proxy {proxy.text} ({why})"
+    return proxy, f"proxy {proxy.text} ({why}): "
 
 
 def _control_states(report: AuditReport, suite: str) -> list[StateAudit]:
@@ -222,37 +223,18 @@ def control_outcome(
     same = report.model_copy(
         update={"states": [s for s in report.states if s.method != CONTROL or s.session_id in sessions]}
     )
-    rules, proxy = _control_rules(report, rule)
-    outcomes = []
-    for r in rules:
-        ev = gather(same, r)
-        if isinstance(ev, GateResult):  # nothing to weigh: the control shows nothing, it fails nothing
-            outcomes.append(
-                ControlOutcome(False, f"B0 (no forget) not measured here: {ev.detail}", "unmeasured")
-            )
-            continue
-        got = decide(same, r, alpha=alpha, margin=margin).result
-        broke = _broken(r, ev)
-        metric = weighed_metric(r)
-        need = (
-            n_to_fail(ev.ds, metric.kind, alpha) if metric is not None and got.outcome != "failed" else None
-        )
-        n = len(ev.ds)
-        said = f"B0 (no forget) broke it in {broke} of {n} session(s) ({broke / n:.2f})"
-        how = got.test + (f", p = {got.p:.3g}" if got.p is not None and metric is not None else "")
-        verdict = (
-            f"and fails it ({how})" if got.outcome == "failed" else f"but does not fail it ({got.outcome})"
-        )
-        text = f"{said} {verdict}"
-        outcomes.append(ControlOutcome(got.outcome == "failed", text, got.outcome, broke / n, need, broke))
-    best = next((o for o in outcomes if o.fails), None) or min(
-        outcomes, key=lambda o: (o.n_to_fail is None, o.n_to_fail or 0, -o.broke)
-    )
-    if proxy:
-        best = ControlOutcome(
-            best.fails, f"{proxy}: {best.text}", best.outcome, best.rate, best.n_to_fail, best.broke
-        )
-    return best
+    r, proxy = _control_rule(rule)
+    decision = decide(same, r, alpha=alpha, margin=margin)
+    got, ev = decision.result, decision.evidence
+    if ev is None:  # nothing to weigh: the control shows nothing, so it fails nothing
+        return ControlOutcome(False, f"{proxy}B0 (no forget) not measured here: {got.detail}", "unmeasured")
+    broke, n = _broken(r, ev), len(ev.ds)
+    metric = weighed_metric(r)
+    need = n_to_fail(ev.ds, metric.kind, alpha) if metric is not None and got.outcome != "failed" else None
+    said = f"{proxy}B0 (no forget) broke it in {broke} of {n} session(s) ({broke / n:.2f})"
+    how = got.test + (f", p = {got.p:.3g}" if got.p is not None and metric is not None else "")
+    verdict = f"and fails it ({how})" if got.outcome == "failed" else f"but does not fail it ({got.outcome})"
+    return ControlOutcome(got.outcome == "failed", f"{said} {verdict}", got.outcome, broke / n, need, broke)
 
 
 def _broken(rule: RuleLike, ev: Evidence) -> int:

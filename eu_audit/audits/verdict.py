@@ -382,6 +382,8 @@ class Decision:
     result: GateResult
     #: every session's state is the floor's token for token on an exact engine: it is B5's state
     floors_own: bool = False
+    #: what the verdict weighed (None: there was nothing to weigh, and the result says why)
+    evidence: Evidence | None = None
 
 
 def decide(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) -> Decision:
@@ -392,11 +394,11 @@ def decide(report: AuditReport, rule: RuleLike, *, alpha: float, margin: float) 
         return Decision(ev)
     floors_own = ev.identical and not ev.missing and is_exact(report.engine)
     if is_fact(rule.rhs):
-        return Decision(_fact(rule, ev), floors_own)
+        return Decision(_fact(rule, ev), floors_own, ev)
     metric = weighed_metric(rule)
     if metric is None:
-        return Decision(_observed(rule, ev), floors_own)
-    return Decision(_weigh(report, rule, metric, ev, alpha, margin), floors_own)
+        return Decision(_observed(rule, ev), floors_own, ev)
+    return Decision(_weigh(report, rule, metric, ev, alpha, margin), floors_own, ev)
 
 
 def weighed_metric(rule: RuleLike) -> Metric | None:

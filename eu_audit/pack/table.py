@@ -5,6 +5,7 @@ gate failed)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from eu_audit.pack.case import Case
@@ -117,7 +118,7 @@ def redecided(folder: Path, cases: list[Case], results: list[ReleaseResult]) -> 
         ]
         rules = list(dict.fromkeys([*case.gate, *forget]))
         gates = evaluate(rep, rules)
-        again = ReleaseResult(**{**r.__dict__, "rules": {g.rule: g.outcome for g in gates}})
+        again = replace(r, rules={g.rule: g.outcome for g in gates})
         again.verdict = overall(g.outcome for g in gates)
         if again.verdict != "failed":
             open_ = [f"{g.rule} {g.outcome}" for g in gates if g.outcome != "held"]
