@@ -36,13 +36,27 @@ class RunPlan:
     out: Path
     state_dir: Path
 
+    def position_in_suite(self, index: int) -> int:
+        """Where session ``index`` falls among its suite's sessions (0 for each suite's first)."""
+        suite = self.episodes[index].suite
+        return sum(1 for ep in self.episodes[:index] if ep.suite == suite)
+
     @classmethod
     def make(
-        cls, suite: str, n: int | None, out: Path, *, state_dir: Path | None, shard: Shard | None, force: bool
+        cls,
+        suite: str,
+        n: int | None,
+        out: Path,
+        *,
+        state_dir: Path | None,
+        shard: Shard | None,
+        force: bool,
+        only: frozenset[int] | None = None,
     ) -> RunPlan:
         """Check everything a recording can check before it runs: the output can be written (and is not
         replaced without ``force``), the state folder is not a file, every suite loads, ``n`` is at least 1
-        and the shard has a session."""
+        and the shard has a session. ``only``: of those, the sessions with these run-wide indices (a round
+        of a run in rounds, ``eu_audit.blackbox.rounds``)."""
         out = Path(out)
         check_output_path(out, force=force)  # an unwritable -o is refused now, not after every session ran
         state = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
@@ -54,6 +68,8 @@ class RunPlan:
             raise BadInput("--suite names no suite")
         episodes = tuple(ep for ref in refs for ep in pick_episodes(load_suite(ref), n))
         chosen = shard.select(episodes) if shard else list(enumerate(episodes))
+        if only is not None:
+            chosen = [(i, ep) for i, ep in chosen if i in only]
         if not chosen:
             raise BadInput(f"--shard {shard}: no session of the {len(episodes)} falls in this shard")
         return cls(episodes, tuple(PlannedSession(i, ep) for i, ep in chosen), out, state)

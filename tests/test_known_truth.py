@@ -14,8 +14,12 @@ import pytest
 
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.gate import evaluate, expand_gate_sets
+from eu_audit.audits.output import summary_lines
+from eu_audit.audits.stopping import Stop
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
+from eu_audit.blackbox.rounds import Gate, record_until_decided
 from eu_audit.models import TINY_MODEL
+from eu_audit.trace.session import Bundle
 
 from .helpers import cli_server, http_process
 
@@ -78,3 +82,37 @@ def test_a_forget_that_deletes_and_vacuums_holds_every_residue_fact_against_a_co
     got = gate(serve, "sqlite-vacuum", tmp_path)
     facts = ("residue_context==0", "residue_store==0", "residue_disk==0", "bystander==0")
     assert {got[f] for f in facts} == {"held"}, got
+
+
+def until_decided(serve: tuple[str, Path], forget: str, tmp_path: Path, n: int) -> tuple[Bundle, Stop]:
+    url, control = serve
+    argv = [sys.executable, str(AGENT), "--forget", forget, "--data", str(tmp_path / "data")]
+    with http_process(argv, env={"OPENAI_BASE_URL": url + "/v1"}) as agent:
+        out = tmp_path / "bb.jsonl"
+        opts = AgentRecordOptions(agent=agent, serve=url, serve_control=control, n=n, k=1, out=out)
+        bundle, path, stop = record_until_decided(opts, Gate())
+    assert path == out and not list(tmp_path.glob("bb.round-*")), "the rounds' own files are left behind"
+    return bundle, stop
+
+
+def test_a_no_op_forget_stops_after_its_first_session_on_a_failure_more_sessions_cannot_undo(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    bundle, stop = until_decided(serve, "none", tmp_path, n=4)
+    assert (stop.n, stop.early) == (1, True)
+    assert "agent.residue_store==0 failed (fact" in stop.why
+    assert {s.session.parent_session for s in bundle.sessions} == {"s0"}
+    assert bundle.header.engine_facts["stopped"]["rounds"] == [1]
+    rep = audit(bundle.path, AuditOptions())
+    assert any("stopped at n = 1 of at most 4 per suite" in line for line in summary_lines(rep))
+
+
+def test_a_forget_that_works_runs_every_round_to_n_and_is_the_run_a_fixed_n_would_be(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    bundle, stop = until_decided(serve, "sqlite-vacuum", tmp_path, n=2)
+    assert (stop.n, stop.early) == (2, False)
+    facts = bundle.header.engine_facts["stopped"]
+    assert facts["rounds"] == [1, 2] and len(facts["serve_logs"]) == 2
+    assert [s.session_id for s in bundle.sessions if s.session.method == "agent"] == ["s0/agent", "s1/agent"]
+    assert {s.session.seed for s in bundle.sessions} == {0}

@@ -150,6 +150,7 @@ def test_the_cli_exits_4_on_an_inconclusive_gate_and_power_sizes_the_job(tmp_pat
 def test_the_forget_rule_set_holds_every_method_to_the_leak_rules_and_a_black_box_agent_to_its_residue() -> (
     None
 ):
+    """CAD is held to rebuilt states only: an agent's correct forget leaves a state that is not B5's."""
     from eu_audit.audits.gate import expand_gate_sets
 
     black = expand_gate_sets(["forget"], ["agent", "b5"], "black")
@@ -157,18 +158,19 @@ def test_the_forget_rule_set_holds_every_method_to_the_leak_rules_and_a_black_bo
         "agent.leak_probes<=floor",
         "agent.leak5<=floor",
         "agent.leak_any<=floor",  # what it said and did after the forget: replies, tool calls
-        "agent.cad<=floor",
         "agent.residue_context==0",
         "agent.residue_store==0",
     ]  # the floor is what the rules compare with, never held to them
     white = expand_gate_sets(["forget"], ["b1", "b7", "b5"], "white")
-    assert [r for r in white if r.startswith("b7.")] == [r.replace("agent.", "b7.") for r in black[:4]]
+    leak = [r.replace("agent.", "b7.") for r in black[:3]]
+    assert [r for r in white if r.startswith("b7.")] == [*leak, "b7.cad<=floor"]
     assert len(white) == 8  # no residue fact on a rebuilt state: no serve log, no store dump to read
     from eu_audit.audits.gate import describe_gate_sets
 
     told = describe_gate_sets()  # --help's words are drawn from the set, never restated
     assert "'forget' (" in told and all(r.split(".", 1)[1] in told for r in black)
     assert told.index("on a black-box agent also") < told.index("residue_context==0")
+    assert "cad<=floor on a white-box run only" in told
     with pytest.raises(BadInput, match=r"unknown gate set 'forgot' \(known: forget\)"):
         expand_gate_sets(["forgot"], ["agent"], "black")  # refused before any model runs (exit 2)
 

@@ -72,6 +72,9 @@ class GateSet:
     #: rules added only where the run can measure their metric (eu-audit's read of an agent's files needs
     #: the files named: a run that named none is not failed for it, and says it was not measured)
     where_measured: tuple[str, ...] = ()
+    #: rules held to states eu-audit rebuilt (white box) and not to an agent's run (black box), each with
+    #: why (``GATE_SETS``' comments); an agent's run is held to them with --gate
+    white_box_only: tuple[str, ...] = ()
 
 
 #: the pseudo-rule ``evaluate`` adds, failed, when a state errored (never a rule a user writes)
@@ -84,8 +87,14 @@ PSEUDO_RULES = (ERRORED_RULE, TAMPER_RULE)
 
 GATE_SETS: Registry[GateSet] = Registry("gate_sets")
 # what a forget must show: the probes, the samples, the agent's replies and tool calls after it no worse
-# than the B5 reference (Leak@probes, Leak@k, any-leak, CAD), and, on a black-box agent, z in no model
-# call after the forget and in no store (the residue facts)
+# than the B5 reference (Leak@probes, Leak@k, any-leak), and, on a black-box agent, z in no model call
+# after the forget and in no store (the residue facts). CAD (actions unlike the reference's) is held to
+# states eu-audit rebuilt, where the forget under test replays to B5's state token for token (B7 == B5)
+# and so meets it exactly. An agent's forget leaves a state that is legitimately not B5's (it removed
+# turns the reference was fed without z), so its actions differ from B5's for reasons that are not z: CAD
+# would fail a correct forget; and on the shipped episodes the no-forget control's actions match the
+# reference's (0 of 2 sessions on Qwen2.5-Coder-0.5B, reports/discrimination), so it could not earn a hold
+# either. z in an agent's actions is still read, as text: any-leak and the tool-arguments channel.
 GATE_SETS.add(
     "forget",
     GateSet(
@@ -100,6 +109,7 @@ GATE_SETS.add(
         # eu-audit's own read of the agent's files, where the run named them (files / --store-path)
         # and no other tenant's memory lost, where the agent can be given some (memory_inject, store_dump)
         where_measured=("residue_disk==0", "bystander==0"),
+        white_box_only=("cad<=floor",),
     ),
 )
 
@@ -117,6 +127,8 @@ def describe_gate_sets() -> str:
         both = [r for r in rules if "white" in METRICS.get(parse_rule(f"x.{r}").metric).sides]
         black = [r for r in rules if r not in both]
         also = f"; on a black-box agent also {', '.join(black)}" if black else ""
+        if white := GATE_SETS.get(name).white_box_only:
+            also += f"; {', '.join(white)} on a white-box run only"
         measured = GATE_SETS.get(name).where_measured
         where = f"; where the run can measure them, {', '.join(measured)}" if measured else ""
         parts.append(f"'{name}' ({', '.join(both)}{also}{where})")
@@ -138,6 +150,8 @@ def expand_gate_sets(
             if method in (FLOOR, CONTROL, SERVING):
                 continue
             for rule in [*gate_set.rules, *extra]:
+                if side == "black" and rule in gate_set.white_box_only:
+                    continue
                 parsed = parse_rule(f"{method}.{rule}")
                 channel = "." in parsed.metric  # a channel is a black-box agent's (channels.CHANNEL_KINDS)
                 sides = {"black"} if channel else METRICS.get(parsed.metric).sides

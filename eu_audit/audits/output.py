@@ -187,6 +187,15 @@ def summary_lines(report: AuditReport) -> list[str]:
         f"k={report.k} samples at T={report.temperature}; margin {report.margin}."
     ]
     lines += [f"{text}: {', '.join(groups[g])}." for g, text in GROUP_SENTENCES if groups.get(g)]
+    stopped = report.engine_facts.get("stopped")
+    if isinstance(stopped, dict):  # a run in rounds (record --agent --until-decided)
+        from eu_audit.audits.stopping import Stop
+
+        lines.append(
+            "Recorded in rounds, "
+            + Stop(stopped["n"], stopped["max_n"], stopped["why"], stopped["early"]).sentence()
+            + "."
+        )
     lines += tamper_lines(report) + forget_lines(report)
     hint = report.engine_facts.get("forget_hint")
     if hint:

@@ -336,7 +336,13 @@ def _header(
 
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
     plan = RunPlan.make(
-        opts.suite, opts.n, opts.out, state_dir=opts.state_dir, shard=opts.shard, force=opts.force
+        opts.suite,
+        opts.n,
+        opts.out,
+        state_dir=opts.state_dir,
+        shard=opts.shard,
+        force=opts.force,
+        only=opts.only,
     )
     out, state_dir = plan.out, plan.state_dir
     serve = ServeControl.open(opts.serve, opts.serve_control)

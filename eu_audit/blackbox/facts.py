@@ -12,6 +12,25 @@ from eu_audit.blackbox.contract import API_VERSION, Capabilities
 from eu_audit.errors import BadInput
 
 
+class StoppedFacts(BaseModel):
+    """Where a run in rounds (``record --agent --until-decided``) stopped and why
+    (``eu_audit.audits.stopping``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(ge=1)  # sessions per suite recorded
+    max_n: int = Field(ge=1)
+    why: str
+    early: bool  # before max_n, on a failure more sessions cannot undo
+    rounds: list[int] = Field(default_factory=list)  # n per suite after each round
+    serve_logs: list[str] = Field(default_factory=list)  # each round's serve-log digest, in order
+
+    def sentence(self) -> str:
+        from eu_audit.audits.stopping import Stop
+
+        return Stop(self.n, self.max_n, self.why, self.early).sentence()
+
+
 class AgentRunFacts(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -28,6 +47,7 @@ class AgentRunFacts(BaseModel):
     temperature: float = Field(0.7, ge=0.0)
     concurrency: int = Field(1, ge=1)  # tenants driven at the same time (each on its own lane)
     merged_from: list[str] = Field(default_factory=list)  # the shard bundles ``eu-audit merge`` joined
+    stopped: StoppedFacts | None = None  # a run in rounds: where it stopped, and why
 
     @classmethod
     def of(cls, engine_facts: dict[str, Any], where: str = "") -> AgentRunFacts:

@@ -36,6 +36,8 @@ class AgentRecordOptions:
     keep_state: bool = False  # keep the state folder of a failed run
     hint: bool = False  # send the sanitized text with the forget (the reference's input: see _hint)
     shard: Shard | None = None  # drive only this shard's sessions (ids stay run-wide)
+    #: drive only the sessions with these run-wide indices (one round of ``rounds.record_until_decided``)
+    only: frozenset[int] | None = None
     bounds: Bounds = field(default_factory=Bounds)
     concurrency: int = 1  # tenants driven at the same time, each on its own lane of serve
     #: events after the forget, each followed by the checks again (``recheck.parse_rechecks``)

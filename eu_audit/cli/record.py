@@ -178,13 +178,35 @@ RecordRecheck = Annotated[
     ),
 ]
 
+RecordUntilDecided = Annotated[
+    bool,
+    typer.Option(
+        help="With --agent: record in rounds (1, 2, 4, ... up to --n sessions per suite), audit after each, "
+        "and stop at the first failure more sessions cannot undo (z in a prompt or store, a lost "
+        "bystander, tampering, a rate the betting test finds worse: valid under optional stopping). A "
+        "forget that leaks usually stops after one session; one that works runs to --n, where the fixed-n "
+        "tests decide the holds. Rules: --until-gate-set (default forget) and --until-gate, as audit's.",
+    ),
+]
+RecordUntilGateSet = Annotated[
+    list[str] | None,
+    typer.Option(help="With --until-decided: the gate sets each round is decided by (default: forget)."),
+]
+RecordUntilGate = Annotated[
+    list[str] | None,
+    typer.Option(help="With --until-decided: more rules each round is decided by (as audit --gate)."),
+]
 
-def _agent_only(recheck: str | None, positive_control: bool, store_path: list[str] | None) -> dict[str, bool]:
+
+def _agent_only(
+    recheck: str | None, positive_control: bool, store_path: list[str] | None, until_decided: bool = False
+) -> dict[str, bool]:
     """The options that mean something only with --agent, and whether each was given."""
     return {
         "--recheck": recheck is not None,
         "--no-positive-control": not positive_control,
         "--store-path": bool(store_path),
+        "--until-decided": until_decided,
     }
 
 
@@ -217,6 +239,9 @@ def record_command(
     recheck: RecordRecheck = None,
     positive_control: RecordPositiveControl = True,
     store_path: RecordStorePath = None,
+    until_decided: RecordUntilDecided = False,
+    until_gate_set: RecordUntilGateSet = None,
+    until_gate: RecordUntilGate = None,
     force: Force = False,
     shard: ShardOption = None,
 ) -> None:
@@ -245,7 +270,9 @@ def record_command(
         "--server": server is not None,
         "--ctx": ctx is not None,
     }
-    agent_only = _agent_only(recheck, positive_control, store_path)
+    agent_only = _agent_only(recheck, positive_control, store_path, until_decided)
+    if (until_gate_set or until_gate) and not until_decided:
+        raise BadInput("--until-gate-set and --until-gate decide the rounds of --until-decided; add it")
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
         from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
@@ -275,7 +302,12 @@ def record_command(
                 bundle_bytes=int(max_bundle_mb * (1 << 20)),
             ),
         )
-        _record_agent(opts_bb)
+        if until_decided:
+            from eu_audit.blackbox.rounds import Gate
+
+            _record_agent(opts_bb, Gate(tuple(until_gate_set or ("forget",)), tuple(until_gate or ())))
+        else:
+            _record_agent(opts_bb)
         return
     opts = RecordOptions(
         suite=suite,
@@ -332,12 +364,17 @@ def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: 
         )
 
 
-def _record_agent(opts: Any) -> None:
+def _record_agent(opts: Any, rounds: Any = None) -> None:
     from eu_audit.blackbox.drive import record_agent
+    from eu_audit.blackbox.rounds import record_until_decided
 
     agent, serve = opts.agent, opts.serve
+    stop = None
     with progress_bar() as report:
-        bundle, path = record_agent(opts, progress=report)
+        if rounds is None:
+            bundle, path = record_agent(opts, progress=report)
+        else:
+            bundle, path, stop = record_until_decided(opts, rounds, progress=report)
     table = Table(title=Text(f"{path}  (agent {agent})"))
     cols = ["session", "episode", "forget", "skipped steps", "z in prompts after", "z in store"]
     rechecks = opts.recheck
@@ -374,6 +411,8 @@ def _record_agent(opts: Any) -> None:
         say(
             out, "without --serve: Leak@k, choices and residue_context are not measurable (the audit says so)"
         )
+    if stop is not None:
+        say(out, stop.sentence())
 
 
 def recheck_cell(records: list[Any]) -> str:

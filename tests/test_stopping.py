@@ -1,0 +1,49 @@
+"""A gate run in rounds stops only where a fixed-n run would have failed too (``audits.stopping``): on a
+failure more sessions cannot undo; every other verdict waits for the last round."""
+
+from __future__ import annotations
+
+import pytest
+
+from eu_audit.audits.model import GateResult
+from eu_audit.audits.stopping import final_at_any_n, sessions_schedule, should_stop
+from eu_audit.audits.verdict import TESTS
+
+
+def result(outcome: str, test: str, rule: str = "agent.leak_probes<=floor") -> GateResult:
+    return GateResult(rule=rule, outcome=outcome, detail="", test=test)  # type: ignore[arg-type]
+
+
+def test_rounds_double_from_one_session_and_end_at_the_most() -> None:
+    assert sessions_schedule(30) == [1, 2, 4, 8, 16, 30]
+    assert sessions_schedule(1) == [1]
+    assert sessions_schedule(8) == [1, 2, 4, 8]
+    with pytest.raises(ValueError):
+        sessions_schedule(0)
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "fact: every session observed",
+        "fact: every session observed against its floor",
+        TESTS["rate"].worse,
+        "",
+    ],
+)
+def test_a_fact_a_closed_rule_or_the_betting_test_stops_the_run_at_once(test: str) -> None:
+    stop = should_stop([result("held", "fact: every session observed"), result("failed", test)], 2, 30)
+    assert stop is not None and stop.early and stop.n == 2
+
+
+def test_a_fixed_n_test_never_stops_a_run_early_whatever_it_says() -> None:
+    """McNemar and the hold bounds are valid at one n only: read after every round they would err."""
+    for g in (result("failed", TESTS["binary"].worse), result("held", TESTS["binary"].bound)):
+        assert not final_at_any_n(g)
+        assert should_stop([g], 4, 30) is None
+
+
+def test_the_last_round_always_stops_and_says_it_was_not_early() -> None:
+    stop = should_stop([result("inconclusive", TESTS["binary"].bound)], 30, 30)
+    assert stop is not None and not stop.early
+    assert "every round run" in stop.sentence()
