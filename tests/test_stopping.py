@@ -3,11 +3,15 @@ failure more sessions cannot undo; every other verdict waits for the last round.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eu_audit.audits.model import GateResult
 from eu_audit.audits.stopping import final_at_any_n, sessions_schedule, should_stop
 from eu_audit.audits.verdict import TESTS
+
+from .helpers import run_cli
 
 
 def result(outcome: str, test: str, rule: str = "agent.leak_probes<=floor") -> GateResult:
@@ -47,3 +51,22 @@ def test_the_last_round_always_stops_and_says_it_was_not_early() -> None:
     stop = should_stop([result("inconclusive", TESTS["binary"].bound)], 30, 30)
     assert stop is not None and not stop.early
     assert "every round run" in stop.sentence()
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--until-decided", "--shard", "1/2"], "a shard cannot see the other shards' failures"),
+        (["--until-decided"], "--until-decided needs --n"),
+        (["--until-decided", "--n", "4", "--no-positive-control"], "no round could ever hold"),
+        (["--n", "4", "--until-gate-set", "forget"], "add it"),
+        (["--n", "4", "--until-decided", "--until-gate-set", "forgot"], "unknown gate set 'forgot'"),
+    ],
+)
+def test_a_run_in_rounds_that_could_not_be_decided_is_refused_before_any_agent_runs(
+    tmp_path: Path, extra: list[str], said: str
+) -> None:
+    # no agent listens on port 9: a refusal that came after contacting it would say so instead
+    got = run_cli("record", "--agent", "http://127.0.0.1:9", "-o", str(tmp_path / "bb.jsonl"), *extra)
+    assert got.returncode == 2, got.stderr
+    assert said in " ".join(got.stderr.split()), got.stderr
