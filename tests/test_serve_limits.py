@@ -301,9 +301,9 @@ def test_proxy_mode_forwards_only_allowed_fields_and_never_echoes_the_upstreams_
     upstream = f"http://127.0.0.1:{httpd.server_address[1]}"
     try:
         with cli_server("serve", "--upstream", upstream, "--control-file", str(tmp_path / "c")) as url:
+            refused = call(url, "/v1/chat/completions", {"messages": HI, "api_key": "sk-mine"})
             body = {
                 "messages": HI,
-                "api_key": "sk-mine",
                 "user": "alice",
                 "temperature": 1.5,
                 "max_tokens": 5,
@@ -318,8 +318,10 @@ def test_proxy_mode_forwards_only_allowed_fields_and_never_echoes_the_upstreams_
             )
     finally:
         httpd.shutdown()
+    # a field serve does not take is refused (never forwarded, never silently dropped)
+    assert refused[0] == 400 and "field 'api_key'" in refused[1]["error"]["message"]
     sent = _Upstream.seen[0]
-    assert "api_key" not in sent and "user" not in sent and sent["max_tokens"] == 5
+    assert len(_Upstream.seen) == 2 and "user" not in sent and sent["max_tokens"] == 5
     assert sent["temperature"] == 0.0  # the pin, not the client
     assert sent["response_format"]["json_schema"]["schema"] == VERDICT_SCHEMA  # as the client wrote it
     assert status == 502 and "sk-secret" not in json.dumps(got) and "401" in got["error"]["message"]

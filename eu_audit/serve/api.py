@@ -92,8 +92,9 @@ class DecodingRequest(_Strict):
 
 
 class _Open(BaseModel):
-    """OpenAI clients send many optional fields (``user``, ``n``, ``top_p`` ...): allowed, and ignored
-    unless named here. Proxy mode forwards only the named ones."""
+    """OpenAI clients send many optional fields (``user``, ``n``, ``top_p`` ...): parsed, then each served
+    or refused by its route's table (``eu_audit.serve.fields``), never silently ignored. Proxy mode
+    forwards only the named ones."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -165,7 +166,21 @@ class ResponseFormat(_Open):
         return None
 
 
-class ChatRequest(_Open):
+class StreamOptions(_Open):
+    include_usage: bool = False  # other options (OpenAI's include_obfuscation) shape padding only
+
+
+class _Streamable(_Open):
+    """``stream`` (server-sent events: ``eu_audit.serve.stream``) and its options."""
+
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatRequest(_Streamable):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     response_format: ResponseFormat | None = None
@@ -175,6 +190,7 @@ class ChatRequest(_Open):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=10.0)
     seed: int | None = Field(None, ge=0, lt=2**63)
+    parallel_tool_calls: bool | None = None
 
     _t = field_validator("temperature")(_finite)
 
@@ -182,13 +198,14 @@ class ChatRequest(_Open):
         return self.max_tokens or self.max_completion_tokens or UNASKED_CHAT_TOKENS
 
 
-class CompletionRequest(_Open):
+class CompletionRequest(_Streamable):
     prompt: str | list[int] = Field(min_length=1)
     segments: list[int] | None = None  # lengths: eu-audit's canonical schedule, for clients that keep it
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=10.0)
     seed: int | None = Field(None, ge=0, lt=2**63)
     return_token_ids: bool = False
+    stop_token_ids: list[int] | None = None  # vLLM's; served only as the end-of-turn id (serve.fields)
 
     _t = field_validator("temperature")(_finite)
 
@@ -258,6 +275,11 @@ class LogEntry(BaseModel):
     decoding: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     finish: str | None = None  # stop | length | cancelled | deadline
+    #: ``stream: true``: the events the answer was sent in, and how many were sent before the stream
+    #: ended (fewer: the client left mid-stream)
+    streamed: dict[str, int] | None = None
+    #: ``parallel_tool_calls: false``: the calls the model wrote past the first, left out of the reply
+    calls_dropped: int | None = None
     ms: float | None = None
     #: the lane the request came in on ("" the root URL; "-" a lane serve never opened, refused 404)
     lane: str | None = None

@@ -33,6 +33,7 @@ from eu_audit.serve.chat_segments import (
     split_reply,
     still_naming,
 )
+from eu_audit.serve.fields import CHAT, COMPLETIONS, check_fields
 from eu_audit.serve.reply_shape import call_shape, format_shape, hold
 from eu_audit.serve.surface import _CLOSE, Call, Surface
 
@@ -87,6 +88,7 @@ class Routes(Surface):
         from fastapi.responses import JSONResponse
 
         t0 = time.perf_counter()
+        handed_on = False  # a streamed answer's entry is logged when its stream ends
         call = Call(
             deadline=time.monotonic() + self.limits.request_timeout_s,
             stopping=self.stopping,
@@ -106,6 +108,9 @@ class Routes(Surface):
                 if not work.done() and await _disconnected(request):
                     call.gone.set()
             result = work.result()
+            if call.stream is not None:
+                handed_on = True
+                return self._streamed(endpoint, result, call, lane, t0)
             return result
         except asyncio.CancelledError:  # uvicorn gave up on the request (shutdown): stop decoding
             call.gone.set()
@@ -123,18 +128,36 @@ class Routes(Surface):
             traceback.print_exception(exc)
             status, error = 500, f"internal error ({type(exc).__name__})"
         finally:
-            self.log.add(
-                mark=call.lane.mark if call.lane is not None else None,
-                endpoint=endpoint,
-                status=status,
-                error=error,
-                ms=round(1000 * (time.perf_counter() - t0), 1),
-                lane=lane,
-                **call.log,
-            )
+            if not handed_on:
+                self._log(call, endpoint, status, error, t0, lane)
         kind = "invalid_request_error" if status < 500 else "server_error"
         headers = _CLOSE if status in (400, 408, 413) else None  # a body half read: end the connection
         return JSONResponse({"error": {"message": error, "type": kind}}, status_code=status, headers=headers)
+
+    def _log(self, call: Call, endpoint: str, status: int, error: str, t0: float, lane: str) -> None:
+        self.log.add(
+            mark=call.lane.mark if call.lane is not None else None,
+            endpoint=endpoint,
+            status=status,
+            error=error,
+            ms=round(1000 * (time.perf_counter() - t0), 1),
+            lane=lane,
+            **call.log,
+        )
+
+    def _streamed(self, endpoint: str, result: dict[str, Any], call: Call, lane: str, t0: float) -> Any:
+        """The answer as server-sent events (``eu_audit.serve.stream``), logged when the stream ends with
+        how many of its events were sent."""
+        from fastapi.responses import StreamingResponse
+
+        from eu_audit.serve.stream import CHUNKS, events
+
+        def done(sent: int, total: int) -> None:
+            call.log["streamed"] = {"events": total, "sent": sent}
+            self._log(call, endpoint, 200, "" if sent == total else "the client left mid-stream", t0, lane)
+
+        chunks = CHUNKS[endpoint](result, bool(call.stream))
+        return StreamingResponse(events(chunks, done), media_type="text/event-stream")
 
     def _forward(self, path: str, req: BaseModel, sampling: Sampling, call: Call) -> dict[str, Any]:
         """Proxy mode: the upstream answers, under the pinned decoding, with only the allowed fields."""
@@ -165,6 +188,8 @@ class Routes(Surface):
     def _chat(self, raw: bytes, call: Call) -> dict[str, Any]:
         req: ChatRequest = self._parse(raw, ChatRequest, call)
         b = self.backend
+        check_fields(CHAT, req.model_dump(exclude_unset=True, by_alias=True), upstream=b.upstream is not None)
+        call.stream = req.include_usage() if req.stream else None
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         _check_strings(messages)
         pin = call.lane.pin if call.lane is not None else self.pin
@@ -215,7 +240,13 @@ class Routes(Surface):
         as_json = constraint is not None and not name
         text, calls = (b.text_of(body), []) if as_json else split_reply(b.text_of(body))
         shown = "length" if finish == "repetition" else finish
-        b.generations.remember(text, calls, body)
+        if req.parallel_tool_calls is False and len(calls) > 1:
+            # one call, as asked; the ids hold every call the model wrote, so the echoed message is
+            # rendered from its text instead of mapped back to them
+            call.log["calls_dropped"] = len(calls) - 1
+            calls = calls[:1]
+        else:
+            b.generations.remember(text, calls, body)
         if call.cached_before is not None:  # cached from before the request, not from its naming pass
             cached = min(cached, call.cached_before)
         usage = _usage(prompt_n, cached, len(b.decoded(ids, finish)))  # what it decoded, as OpenAI counts
@@ -248,6 +279,15 @@ class Routes(Surface):
     def _completions(self, raw: bytes, call: Call) -> dict[str, Any]:
         req: CompletionRequest = self._parse(raw, CompletionRequest, call)
         b = self.backend
+        given = req.model_dump(exclude_unset=True, by_alias=True)
+        check_fields(COMPLETIONS, given, upstream=b.upstream is not None)
+        if req.stop_token_ids and b.upstream is None and (other := set(req.stop_token_ids) - set(b.stop_ids)):
+            raise Refused(
+                400,
+                f"field 'stop_token_ids': serve stops only on the end-of-turn id {list(b.stop_ids)}, "
+                f"not on {sorted(other)}",
+            )
+        call.stream = req.include_usage() if req.stream else None
         pin = call.lane.pin if call.lane is not None else self.pin
         sampling = pin.sampling(req.temperature, req.seed)
         call.log["decoding"] = pin.facts(sampling)

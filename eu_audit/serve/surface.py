@@ -61,6 +61,8 @@ class Call:
     lane: Lane | None = None  # where the call arrived (its mark and pinned decoding)
     #: prompt tokens the request's first pass found cached, where it makes two (a forced call's naming)
     cached_before: int | None = None
+    #: ``stream: true``: whether a last chunk carries the usage (``stream_options.include_usage``)
+    stream: bool | None = None
 
     @property
     def lane_name(self) -> str:
