@@ -56,7 +56,7 @@ class RunPlan:
         """Check everything a recording can check before it runs: the output can be written (and is not
         replaced without ``force``), the state folder is not a file, every suite loads, ``n`` is at least 1
         and the shard has a session. ``only``: of those, the sessions with these run-wide indices (a round
-        of a run in rounds, ``eu_audit.blackbox.rounds``)."""
+        of a run in rounds, ``eu_audit.rounds``)."""
         out = Path(out)
         check_output_path(out, force=force)  # an unwritable -o is refused now, not after every session ran
         state = Path(state_dir) if state_dir else out.with_name(out.name + ".state")

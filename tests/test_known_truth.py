@@ -17,8 +17,8 @@ from eu_audit.audits.gate import evaluate, expand_gate_sets
 from eu_audit.audits.output import summary_lines
 from eu_audit.audits.stopping import Stop
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
-from eu_audit.blackbox.rounds import Gate, record_until_decided
 from eu_audit.models import TINY_MODEL
+from eu_audit.rounds import Gate, record_until_decided
 from eu_audit.trace.session import Bundle
 
 from .helpers import cli_server, http_process

@@ -15,7 +15,9 @@ import pytest
 
 from eu_audit.models import TINY_MODEL
 from eu_audit.serve.api import ChatRequest, CompletionRequest
-from eu_audit.serve.fields import CHAT, COMPLETIONS, FIELDS, fields_markdown
+from eu_audit.serve.fields import CHAT, COMPLETIONS, FIELDS, MESSAGES, RESPONSES, fields_markdown
+from eu_audit.serve.messages_api import MessagesRequest
+from eu_audit.serve.responses_api import ResponsesRequest
 from eu_audit.serve.stream import events
 
 from .helpers import cli_server
@@ -37,7 +39,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
     folder = tmp_path_factory.mktemp("serve-apis")
     log = folder / "serve.jsonl"
     args = ["serve", "--model", TINY_MODEL, "--engine", "hf", "--log", str(log)]
-    args += ["--control-file", str(folder / "serve.control"), "--max-tokens", "12"]
+    args += ["--control-file", str(folder / "serve.control"), "--max-tokens", "64"]
     with cli_server(*args) as url:
         yield url, log
 
@@ -144,7 +146,8 @@ def test_a_field_at_its_default_or_of_no_effect_is_served(serve: tuple[str, Path
 def test_the_docs_table_is_the_code_and_names_every_field_a_request_declares() -> None:
     text = DOCS.read_text()
     assert fields_markdown() in text, "docs/serve-fields.md: rewrite its tables from fields_markdown()"
-    for endpoint, model in ((CHAT, ChatRequest), (COMPLETIONS, CompletionRequest)):
+    models = {CHAT: ChatRequest, COMPLETIONS: CompletionRequest, RESPONSES: ResponsesRequest}
+    for endpoint, model in (models | {MESSAGES: MessagesRequest}).items():
         named = [f.name for f in FIELDS[endpoint]]
         assert len(named) == len(set(named)), endpoint
         declared = {f.alias or n for n, f in model.model_fields.items()}
@@ -155,9 +158,141 @@ def test_a_client_that_leaves_mid_stream_is_logged_with_what_was_sent() -> None:
     got: list[tuple[int, int]] = []
 
     async def leave_after_one() -> None:
-        stream = events([{"a": 1}, {"b": 2}], lambda sent, total: got.append((sent, total)))
+        stream = events([(None, {"a": 1}), (None, {"b": 2})], lambda sent, total: got.append((sent, total)))
         await stream.__anext__()
         await stream.aclose()  # type: ignore[attr-defined]
 
     asyncio.run(leave_after_one())
     assert got == [(0, 3)]  # the first event was handed on; the client left before it counted as sent
+
+
+# --- the Responses API and the Messages API -----------------------------------------------------------
+
+JSON_TEXT = {"format": {"type": "json_object"}}  # held to JSON, the tiny model writes text
+
+
+def test_a_responses_answer_streamed_is_the_one_not_streamed_and_logged_as_chat(
+    serve: tuple[str, Path],
+) -> None:
+    url, log = serve
+    kw: dict[str, Any] = {"model": "any", "input": "Say hello to Ada.", "instructions": "Be brief."}
+    kw |= {"max_output_tokens": 12, "text": JSON_TEXT}
+    whole = client(url).responses.create(**kw)
+    entry = last_entry(log)
+    assert entry["endpoint"] == "/v1/responses"
+    assert entry["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Say hello to Ada."},
+    ]
+    assert whole.output_text and entry["reply"] == whole.output_text
+    events = list(client(url).responses.create(**kw, stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == whole.output_text and events[-1].type in ("response.completed", "response.incomplete")
+
+
+def test_a_stored_response_is_read_again_by_the_next_one_so_its_z_is_in_the_logged_prompt(
+    serve: tuple[str, Path],
+) -> None:
+    url, log = serve
+    first = client(url).responses.create(model="any", input="My IBAN is DE89 3704 0044 0532 0130 00.",
+                                         max_output_tokens=4)  # fmt: skip
+    client(url).responses.create(
+        model="any", input="What did I tell you?", previous_response_id=first.id, max_output_tokens=4
+    )
+    entry = last_entry(log)
+    said = [m.get("content") for m in entry["messages"]]
+    assert said[0] == "My IBAN is DE89 3704 0044 0532 0130 00." and said[-1] == "What did I tell you?"
+    assert entry["previous_response_id"] == first.id
+
+
+def test_a_responses_function_call_round_trip_becomes_chat_tool_calls(serve: tuple[str, Path]) -> None:
+    url, log = serve
+    tool = {"type": "function", "name": "book_taxi", "parameters": TAXI["function"]["parameters"]}
+    got = client(url).responses.create(
+        model="any", input="Taxi home.", tools=[tool], tool_choice={"type": "function", "name": "book_taxi"},
+        max_output_tokens=12,
+    )  # fmt: skip
+    call = next(o for o in got.output if o.type == "function_call")
+    client(url).responses.create(
+        model="any", previous_response_id=got.id, max_output_tokens=4,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "booked"}],
+    )  # fmt: skip
+    messages = last_entry(log)["messages"]
+    assert messages[-2]["tool_calls"][0]["function"]["name"] == "book_taxi"
+    assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "booked"}
+
+
+def test_the_openai_agents_sdk_runs_against_serve_with_its_default_model_the_responses_api(
+    serve: tuple[str, Path],
+) -> None:
+    import openai
+    from agents import Agent, ModelSettings, Runner, set_default_openai_client, set_tracing_disabled
+    from pydantic import BaseModel
+
+    class Greeting(BaseModel):
+        friendly: bool
+
+    url, log = serve
+    set_tracing_disabled(True)
+    set_default_openai_client(openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0))
+    # a structured output: held to its schema, the tiny random model ends its answer (free, it runs to the
+    # cap, and the SDK rightly refuses an incomplete response)
+    agent = Agent(
+        name="assistant",
+        instructions="Be brief.",
+        model="gpt-4o-mini",
+        output_type=Greeting,
+        model_settings=ModelSettings(max_tokens=64),
+    )
+    result = Runner.run_sync(agent, "Hello")
+    assert isinstance(result.final_output, Greeting)
+    entry = last_entry(log)
+    assert entry["endpoint"] == "/v1/responses" and entry["status"] == 200, entry.get("error")
+    assert entry["messages"][-1] == {"role": "user", "content": "Hello"}
+
+
+def anthropic_client(url: str) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+
+
+def test_an_anthropic_message_streamed_is_the_one_not_streamed_and_logged_as_chat(
+    serve: tuple[str, Path],
+) -> None:
+    url, log = serve
+    kw: dict[str, Any] = {"model": "any", "max_tokens": 12, "system": "Be brief."}
+    kw["messages"] = [{"role": "user", "content": [{"type": "text", "text": "Say hello to Ada."}]}]
+    kw |= {"tools": [{"name": "book_taxi", "input_schema": TAXI["function"]["parameters"]}]}
+    kw["tool_choice"] = {"type": "tool", "name": "book_taxi"}  # held to the call: the tiny model writes it
+    whole = anthropic_client(url).messages.create(**kw)
+    entry = last_entry(log)
+    assert entry["endpoint"] == "/v1/messages" and entry["messages"][0] == {
+        "role": "system",
+        "content": "Be brief.",
+    }
+    use = next(b for b in whole.content if b.type == "tool_use")
+    assert use.name == "book_taxi" and whole.stop_reason == "tool_use"
+    with anthropic_client(url).messages.stream(**kw) as stream:
+        final = stream.get_final_message()
+    assert [(b.type, getattr(b, "input", None)) for b in final.content] == [
+        (b.type, getattr(b, "input", None)) for b in whole.content
+    ]
+    # the call's result goes back as a tool_result block: a tool message in the log
+    kw["messages"] += [
+        {"role": "assistant", "content": [b.model_dump() for b in whole.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "booked"}]},
+    ]
+    kw.pop("tool_choice")
+    anthropic_client(url).messages.create(**kw)
+    assert last_entry(log)["messages"][-1] == {"role": "tool", "tool_call_id": use.id, "content": "booked"}
+
+
+def test_a_messages_field_serve_does_not_implement_is_a_400_naming_it(serve: tuple[str, Path]) -> None:
+    import anthropic
+
+    url, _ = serve
+    with pytest.raises(anthropic.BadRequestError, match="field 'stop_sequences'"):
+        anthropic_client(url).messages.create(
+            model="any", max_tokens=4, messages=[{"role": "user", "content": "hi"}], stop_sequences=["x"]
+        )

@@ -18,6 +18,7 @@ from typing import Any
 
 from eu_audit.blackbox.contract import StoreDump
 from eu_audit.matching import TargetMatcher
+from eu_audit.serve.api import CHAT_SHAPED, MODEL_ENDPOINTS
 from eu_audit.tiers import AFTER, EMBEDDING, RAW_PROMPT, RESPONSE_FORMAT, SPLIT, TIERS, TOOL_CALLS, TOOL_SPECS
 from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import SessionTrace
@@ -67,7 +68,7 @@ def prompt_parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
     """(tier, text) of what one logged model call received: every string of the request that reaches the
     model (messages with their tool calls, the offered tools' names, descriptions and schemas, a response
     format's schema), not one field of it."""
-    if entry.get("endpoint") == "/v1/chat/completions":
+    if entry.get("endpoint") in CHAT_SHAPED:  # the Responses and Messages APIs are logged as chat
         out = [part for m in entry.get("messages") or [] for part in _message_parts(m)]
         out += [(TOOL_SPECS, " ".join(strings(t))) for t in entry.get("tool_specs") or []]
         if entry.get("response_format"):
@@ -136,9 +137,7 @@ def context_residue(
         and (e.get("mark") or {}).get("session") == trace.session_id
         and counted(e.get("mark") or {})
     ]
-    calls = [
-        e for e in mine if e.get("endpoint") in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
-    ]
+    calls = [e for e in mine if e.get("endpoint") in MODEL_ENDPOINTS]
     tiers: dict[str, int] = {}
     example = ""
     with_z = 0

@@ -39,13 +39,13 @@ from typing import Any
 
 from eu_audit.blackbox.residue import prompt_parts, snippet, tiers_with_z
 from eu_audit.matching import TargetMatcher
+from eu_audit.serve.api import MODEL_ENDPOINTS
 from eu_audit.serve.control import CONTROL_ENDPOINTS
 from eu_audit.tiers import TAMPER_KINDS
 from eu_audit.trace.blocks import MODEL_DERIVED
 from eu_audit.trace.records import AGENT_METHOD
 from eu_audit.trace.session import SessionTrace
 
-MODEL_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 #: a text the harness sent is looked for in later calls only when it is this long (a short tool result
 #: such as '{"ok": true}' is no evidence of where a call came from)
 QUOTED_CHARS = 24

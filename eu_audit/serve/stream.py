@@ -65,26 +65,33 @@ def completion_chunks(resp: dict[str, Any], include_usage: bool) -> list[dict[st
     return out
 
 
-CHUNKS: dict[str, Callable[[dict[str, Any], bool], list[dict[str, Any]]]] = {
-    "/v1/chat/completions": chat_chunks,
-    "/v1/completions": completion_chunks,
-}
+#: an event: its name (the ``event:`` line; None: data only, as OpenAI's chat streams) and its data
+Event = tuple[str | None, dict[str, Any]]
 
 
-def event(obj: dict[str, Any] | str) -> bytes:
+def data_only(make: Callable[[dict[str, Any], bool], list[dict[str, Any]]]) -> Callable[..., list[Event]]:
+    """OpenAI's chat and completions chunks as events without a name (data lines only)."""
+    return lambda resp, usage: [(None, c) for c in make(resp, usage)]
+
+
+def event(name: str | None, obj: dict[str, Any] | str) -> bytes:
     data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {data}\n\n".encode()
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {data}\n\n".encode()
 
 
-async def events(chunks: list[dict[str, Any]], done: Callable[[int, int], None]) -> AsyncIterator[bytes]:
-    """The chunks as events, then ``[DONE]``; ``done(sent, total)`` is called once, however the stream
-    ends (the client may leave mid-stream: then ``sent`` < ``total``)."""
-    sent, total = 0, len(chunks) + 1
+async def events(
+    chunks: list[Event], done: Callable[[int, int], None], *, end_with_done: bool = True
+) -> AsyncIterator[bytes]:
+    """The events, then ``[DONE]`` where the API ends with it; ``done(sent, total)`` is called once,
+    however the stream ends (the client may leave mid-stream: then ``sent`` < ``total``)."""
+    sent, total = 0, len(chunks) + end_with_done
     try:
-        for c in chunks:
-            yield event(c)
+        for name, data in chunks:
+            yield event(name, data)
             sent += 1
-        yield event("[DONE]")
-        sent += 1
+        if end_with_done:
+            yield event(None, "[DONE]")
+            sent += 1
     finally:
         done(sent, total)

@@ -25,6 +25,7 @@ from eu_audit.serve.api import (
 from eu_audit.serve.backend import Backend, Lane, PinnedDecoding, Refused
 from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, key_id
 from eu_audit.serve.log import RequestLog
+from eu_audit.serve.responses_api import Stored
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -110,6 +111,7 @@ class Surface:
         self.secret, self.key = secret, key_id(secret)
         self.started = time.time()
         self.stopping = threading.Event()  # set on SIGTERM / SIGINT: in-flight decoding ends
+        self.stored = Stored()  # the Responses API's stored responses (previous_response_id), per lane
 
     # -- plumbing ------------------------------------------------------------------------------
     async def _body(self, request: Any, deadline: float) -> bytes:
