@@ -202,6 +202,7 @@ def test_z_in_the_references_calls_is_tampering_unless_its_own_model_wrote_z_fir
         }
 
     def found(entries: list[dict]) -> dict:
+        ref.own_z_replies.clear()  # each list of entries is a run of its own
         got = find_tampering(
             entries, key="k", sent=set(), tenants={"t5": ref}, lanes={}, first=("s0", "agent")
         )
@@ -219,6 +220,10 @@ def test_z_in_the_references_calls_is_tampering_unless_its_own_model_wrote_z_fir
     assert found([*held, call("you said 12 Linden Street")]) == {"reference_z": 1}
     forced = [{**call("where do I live?", reply="12 Linden Street"), "tool_choice": "required"}]
     assert found([*forced, call("you said 12 Linden Street")]) == {"reference_z": 1}
+    # what its model wrote excuses quotes of it only, not z in other words of a later call
+    guessed = [call("where do I live?", reply="I think it is 12 Linden Street, right?")]
+    assert found([*guessed, call("you said: I think it is 12 Linden Street, right?")]) == {}
+    assert found([*guessed, call("Address on file: 12 Linden Street")]) == {"reference_z": 1}
 
 
 def test_a_call_quoting_a_turn_its_tenant_had_not_been_sent_yet_is_tampering() -> None:
@@ -240,6 +245,11 @@ def test_a_call_quoting_a_turn_its_tenant_had_not_been_sent_yet_is_tampering() -
 
     assert at(150.0) == {"unfed_text": 1}  # logged before the harness sent it the turn
     assert at(250.0) == {}  # after: an honest call
+    # a quote altered by a space or a case is still the quote (both sides folded as the matcher folds)
+    turn_altered = "Please  book the Dentist for next Tuesday morning."
+    held.fed[1] = (200.0, turn_altered)
+    held._first = None
+    assert at(150.0) == {"unfed_text": 1}
 
 
 def test_eu_audits_own_agent_tokenizes_with_the_model_serve_runs_and_refuses_another(serve: str) -> None:
