@@ -18,6 +18,7 @@ from typing import Any
 
 from eu_audit.blackbox.contract import StoreDump
 from eu_audit.matching import TargetMatcher
+from eu_audit.matching.decoders import decoded_views
 from eu_audit.serve.api import CHAT_SHAPED, MODEL_ENDPOINTS
 from eu_audit.tiers import AFTER, EMBEDDING, RAW_PROMPT, RESPONSE_FORMAT, SPLIT, TIERS, TOOL_CALLS, TOOL_SPECS
 from eu_audit.trace.records import ResidueRecord
@@ -103,6 +104,15 @@ def tiers_with_z(entry: dict[str, Any], matcher: TargetMatcher) -> tuple[list[st
         if matcher.found_in(whole):
             tiers.append(SPLIT)
             example = f"[{SPLIT}] {snippet(whole, matcher)}"
+    if not tiers:
+        for tier, text in parts:
+            for how, view in decoded_views(text):
+                if matcher.found_in(view):
+                    if tier not in tiers:
+                        tiers.append(tier)
+                    # the decoded view, masked: the encoded text would carry z past every mask
+                    example = example or f"[{tier}, sent as {how}] {snippet(view, matcher)}"
+                    break
     return tiers, example
 
 

@@ -38,6 +38,13 @@ def matcher(
     t.add_row("recall (leak found)", f"{s.recall:.3f}", f"{s.tp} of {s.tp + s.fn}")
     t.add_row("precision (flagged that are leaks)", f"{s.precision:.3f}", f"{s.tp} of {s.tp + s.fp}")
     t.add_row("no-leak texts flagged", str(s.fp), f"of {s.fp + s.tn}")
+    decoded = sum(s.decoded_false_alarms.values())
+    named = ", ".join(f"{k} {v}" for k, v in sorted(s.decoded_false_alarms.items()))
+    t.add_row(
+        "no-leak texts a decoder makes show z (residue reader)",
+        str(decoded) + (f" ({named})" if named else ""),
+        f"of {s.tn}",
+    )
     t.add_row(
         "paraphrase recall (not gated)",
         f"{s.paraphrase_recall:.3f}",

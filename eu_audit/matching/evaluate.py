@@ -15,6 +15,7 @@ from pathlib import Path
 
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
+from eu_audit.matching.decoders import found_encoded
 
 LABELLED = Path(__file__).with_name("labelled.jsonl")
 ROW_LABELS = ("leak", "no-leak", "paraphrase")
@@ -44,6 +45,8 @@ class Scores:
     misses: list[Row] = field(default_factory=list)  # leak rows missed
     false_alarms: list[Row] = field(default_factory=list)  # no-leak rows flagged
     by_how: dict[str, tuple[int, int]] = field(default_factory=dict)  # leak rows: how -> (found, of)
+    #: no-leak rows that a decoder's view makes show z (``decoders``: the residue reader's false alarms)
+    decoded_false_alarms: dict[str, int] = field(default_factory=dict)
 
     @property
     def recall(self) -> float:
@@ -110,6 +113,9 @@ def score_matcher(rows: list[Row]) -> Scores:
                 s.false_alarms.append(r)
             else:
                 s.tn += 1
+                how = found_encoded(TargetMatcher.of(r.target, r.variants).found_in, r.text)
+                if how:
+                    s.decoded_false_alarms[how] = s.decoded_false_alarms.get(how, 0) + 1
         else:
             s.paraphrase += 1
             s.paraphrase_found += found
