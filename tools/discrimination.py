@@ -1,6 +1,7 @@
 """The gate's confusion matrix over agents of known truth: each agent run through the default gate
-(``tools/gate.sh``: serve, the agent, ``record --agent``, ``audit --gate-set forget``), one row each (truth,
-verdict, exit, what it named, wall time), then the matrix of truth against exit code.
+(``tools/gate.sh``: serve, the agent, ``record --agent --until-decided``, ``audit --gate-set forget``), one
+row each (truth, verdict, exit, what it named, wall time, the n it stopped at), then the matrix of truth
+against exit code.
 
     python tools/discrimination.py --out reports/discrimination                 # every agent, the defaults
     python tools/discrimination.py --only noop,audit-log --n 2 --out /tmp/disc  # a few, a pilot n
@@ -57,7 +58,7 @@ KEPT = ("audit.json", "run.json")
 
 def run_one(a: KnownAgent, args: argparse.Namespace, work: Path, rows: Path) -> None:
     out = work / a.name
-    env_k = {"K": str(args.k)}
+    env_k = {"K": str(args.k), **({} if args.fixed_n else {"UNTIL": "1"})}
     cmd = [
         "bash",
         str(ROOT / "tools/gate.sh"),
@@ -94,7 +95,17 @@ def row(a: KnownAgent, rows: Path) -> list[str]:
         )
     ok = "yes" if code == EXPECTED[a.truth] else "**no**"
     wall = int(run["record_s"]) + int(run["audit_s"])
-    return [a.name, a.truth, a.why, verdict, str(code), ok, named or "-", f"{wall} s", f"n = {run['n']}"]
+    return [a.name, a.truth, a.why, verdict, str(code), ok, named or "-", f"{wall} s", sessions(run, rows)]
+
+
+def sessions(run: dict[str, object], rows: Path) -> str:
+    """The n a run reached: "n = 1 of 30, stopped" where it ran in rounds and stopped on a failure."""
+    if (rows / "audit.json").exists():
+        stopped = read_report(rows / "audit.json").engine_facts.get("stopped")
+        if isinstance(stopped, dict):
+            early = ", stopped" if stopped.get("early") else ""
+            return f"n = {stopped['n']} of {stopped['max_n']}{early}"
+    return f"n = {run['n']}"
 
 
 def table(agents: tuple[KnownAgent, ...], out: Path) -> list[str]:
@@ -131,7 +142,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="the report folder (rows/ and README.md)")
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--suite", default="bfcl-memory")
-    ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--n", type=int, default=30, help="the most sessions (in rounds, until decided)")
+    ap.add_argument("--fixed-n", action="store_true", help="record --n sessions whatever they show")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--only", default="", help="comma-separated agent names (default: all)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/eu-audit-discrimination"), help="bundles, logs")

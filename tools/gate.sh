@@ -15,6 +15,8 @@
 #   SHARD   (environment, optional) I/N: record only shard I of N of the sessions (record --shard); join
 #           the shards' bundles afterwards with `eu-audit merge` and audit the merged bundle
 #   RECHECK (environment, optional) events after the forget, e.g. at-once,restart,compact,turns-3 (record --recheck)
+#   UNTIL   (environment, optional) 1: record in rounds up to N sessions, stopping at the first failure more
+#           sessions cannot undo (record --until-decided, decided by the forget gate set)
 #   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
 #   AGENT_PYTHON (environment, optional) the Python that runs the example agent (Letta's own venv)
 #   CTX     (environment, optional) serve's context per lane in tokens (serve --ctx), e.g. 16384 for mem0 --infer
@@ -55,7 +57,7 @@ start=$(date +%s)
 "$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" \
   --suite "$SUITE" --n "$N" --seed 0 \
   --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
-  ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} \
+  ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} ${UNTIL:+--until-decided} \
   > "$OUT/record.out" 2>&1
 rec=$?
 recorded=$(date +%s)
@@ -68,6 +70,6 @@ if [ -n "${SIGNING_KEY:-}" ]; then
   echo "verify exit $?" >> "$OUT/verify.out"
 fi
 done_=$(date +%s)
-printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "recheck": "%s", "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
-  "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "${RECHECK:-}" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
+printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "recheck": "%s", "until_decided": %s, "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
+  "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "${RECHECK:-}" "$([ -n "${UNTIL:-}" ] && echo true || echo false)" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
 cat "$OUT/run.json"
