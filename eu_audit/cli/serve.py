@@ -106,13 +106,10 @@ def serve_command(
         ),
     ] = True,
 ) -> None:
-    """Serve the model the agent under test talks to: OpenAI-compatible /v1/chat/completions (with tools),
-    /v1/completions, /v1/responses (the Responses API, previous_response_id included), Anthropic's
-    /v1/messages, /v1/embeddings (MiniLM), /v1/models; /health and /eu-audit/v1/progress. stream: true
-    answers with server-sent events on every generation route; a field serve does not implement is a 400
-    naming it (docs/serve-fields.md). Every request is logged; the harness pins decoding. Point the
-    agent's OPENAI_BASE_URL at http://HOST:PORT/v1 (ANTHROPIC_BASE_URL at http://HOST:PORT), and run the
-    agent as another user (or in a container): it must not read the control secret.
+    """Serve the model an agent under test talks to: OpenAI's chat completions, completions and Responses
+    API, Anthropic's Messages API (streamed or not; fields: docs/serve-fields.md), embeddings, /v1/models.
+    Every request is logged; the harness pins decoding. Point OPENAI_BASE_URL at http://HOST:PORT/v1
+    (ANTHROPIC_BASE_URL at http://HOST:PORT); run the agent as another user: it must not read the secret.
 
     Example:
 
