@@ -101,7 +101,11 @@ def verdicts(report: AuditReport) -> dict[str, str]:
         if not report.floor:
             out[method] = "not measured (no floor)"
             continue
-        rules = [r for r in default_rules(report, ["all"], control=True) if r.startswith(f"{method}.")]
+        # the rules the run was gated by count too, so the headline agrees with the exit code (a bystander
+        # lost fails the gate; the default rules alone would call that method "not shown at this n")
+        gated = [g.rule for g in report.gates if g.rule not in PSEUDO_RULES]
+        every = [*default_rules(report, ["all"], control=True), *gated]
+        rules = [r for r in dict.fromkeys(every) if r.startswith(f"{method}.")]
         got = {
             parse_rule(g.rule).metric: g.outcome
             for g in evaluate(report, rules)
@@ -117,6 +121,8 @@ def verdicts(report: AuditReport) -> dict[str, str]:
             if failed & shown_by("behaves")
             else "still holds the target"
             if failed & shown_by("keeps")
+            else "loses what it must keep"
+            if "bystander" in failed
             else "fails another rule"
             if failed
             else "not shown at this n"
@@ -152,7 +158,8 @@ GROUP_SENTENCES = (
         "their positive control, the state without the forget, so those measurements cannot tell a forget "
         "from none)",
     ),
-    ("fails another rule", "Fail a rule against the floor"),
+    ("loses what it must keep", "Forget removed what it had to keep (another tenant's memories: a bystander)"),
+    ("fails another rule", "Fail another rule (the gates below name it)"),
     (
         "only stops saying",
         "Only stop saying (no string leak, shown at this n; but probes, samples, actions or choices still "
