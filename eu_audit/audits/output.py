@@ -158,7 +158,7 @@ GROUP_SENTENCES = (
         "their positive control, the state without the forget, so those measurements cannot tell a forget "
         "from none)",
     ),
-    ("loses what it must keep", "Forget removed what it had to keep (another tenant's memories: a bystander)"),
+    ("loses what it must keep", "Forget removed what it had to keep (a bystander tenant's memories)"),
     ("fails another rule", "Fail another rule (the gates below name it)"),
     (
         "only stops saying",
