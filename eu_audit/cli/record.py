@@ -387,7 +387,7 @@ def _record_agent(opts: Any, rounds: Any = None) -> None:
         else:
             bundle, path, stop = record_until_decided(opts, rounds, progress=report)
     table = Table(title=Text(f"{path}  (agent {agent})"))
-    cols = ["session", "episode", "forget", "skipped steps", "z in prompts after", "z in store"]
+    cols = ["session", "episode", "forget", "skipped steps", "z in prompts after", "z in store", "z in files"]
     rechecks = opts.recheck
     tampered = any(s.residues and s.residues[0].tamper for s in bundle.sessions)
     for col in [
@@ -406,7 +406,15 @@ def _record_agent(opts: Any, rounds: Any = None) -> None:
         store = "no dump" if r is None or r.store_items is None else f"{r.store_items_with_z}/{r.store_items}"
         forget = s.agent_forgets[0].status if s.agent_forgets else "-"
         skipped = "; ".join(f"t{x.t} {x.kind}: {x.reason}" for x in s.session.skipped) or "-"
-        row = [Text(s.session_id), Text(s.session.episode_id), forget, Text(skipped), ctx, store]
+        row = [
+            Text(s.session_id),
+            Text(s.session.episode_id),
+            forget,
+            Text(skipped),
+            ctx,
+            store,
+            files_cell(r),
+        ]
         if rechecks:
             row.append(Text(recheck_cell(s.residues[1:]) if s.session.method == AGENT_METHOD else "-"))
         if tampered:
@@ -424,6 +432,20 @@ def _record_agent(opts: Any, rounds: Any = None) -> None:
         )
     if stop is not None:
         say(out, stop.sentence())
+
+
+def files_cell(r: Any) -> Text:
+    """What eu-audit's own read of the tenant's files found: where z is (channel and first place), "0 of N
+    files" when it read them and found none, or why it read none."""
+    if r is None or r.disk is None:
+        return Text("not read (no files named)")
+    held = {k: n for k, n in r.disk.items() if n}
+    if held:
+        first = next(iter(held))
+        where = r.disk_examples.get(first, "")
+        return Text(f"{sum(held.values())} ({', '.join(held)}" + (f": {where[:80]}" if where else "") + ")")
+    unread = f"; {len(r.disk_unread)} unread" if r.disk_unread else ""
+    return Text(f"0 of {r.disk_files or 0} file(s){unread}")
 
 
 def recheck_cell(records: list[Any]) -> str:
