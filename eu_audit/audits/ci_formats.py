@@ -86,7 +86,17 @@ def sarif(rep: AuditReport, artifact: str) -> dict[str, Any]:
             "locations": [
                 {
                     "physicalLocation": {"artifactLocation": {"uri": artifact}, "region": {"startLine": 1}},
-                    **({"logicalLocations": [{"name": channel, "kind": "resource"}]} if channel else {}),
+                    # the place itself (a prompt tier; the agent's file, table and column; a WAL frame):
+                    # the bundle is where the evidence is kept, this is where z is
+                    **(
+                        {
+                            "logicalLocations": [
+                                {"name": channel, "fullyQualifiedName": place[:500], "kind": "resource"}
+                            ]
+                        }
+                        if channel
+                        else {}
+                    ),
                 }
             ],
             "properties": {"outcome": g.outcome, "n": g.n, "test": g.test, "model": rep.model},
