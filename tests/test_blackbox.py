@@ -74,7 +74,7 @@ def test_an_agent_whose_forget_is_selective_replay_passes_the_gate_at_the_floor(
     with cli_server("agent", "--serve", url, "--forget", "b7") as agent:
         bundle = tmp_path / "bb.jsonl"
         proc = run_cli(
-            "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
+            "record", "--agent", agent, "--same-user-ok", "--serve", url, "--serve-control", str(control),
             "--suite", "builtin", "--out", str(bundle), "--hint",
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -108,7 +108,7 @@ def test_an_agent_whose_forget_only_deletes_the_record_fails_and_the_audit_names
     with cli_server("agent", "--serve", url, "--forget", "b1") as agent:
         bundle = tmp_path / "bb.jsonl"
         proc = run_cli(
-            "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
+            "record", "--agent", agent, "--same-user-ok", "--serve", url, "--serve-control", str(control),
             "--suite", str(memory_episodes), "--out", str(bundle),
             "--k", "1",  # one sample per state: the rules below read prompts and the dump, not Leak@k
             "--no-positive-control",  # the rules below fail: a failure needs no control (a third faster)
@@ -204,7 +204,18 @@ def test_a_broken_agent_gives_exit_2_or_3_naming_episode_step_and_endpoint_and_n
     out = tmp_path / "bb.jsonl"
     env = dict(os.environ, EU_AUDIT_AGENT_TIMEOUT="1", COLUMNS="300")
     with broken_agent(mode) as url:
-        cmd = ["record", "--agent", url, "--suite", "builtin", "--n", "1", "--out", str(out)]
+        cmd = [
+            "record",
+            "--agent",
+            url,
+            "--same-user-ok",
+            "--suite",
+            "builtin",
+            "--n",
+            "1",
+            "--out",
+            str(out),
+        ]
         cmd += ["--max-response-mb", "1"]
         proc = subprocess.run(
             [sys.executable, "-m", "eu_audit.cli", *cmd], capture_output=True, text=True, timeout=120, env=env

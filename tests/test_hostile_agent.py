@@ -62,8 +62,8 @@ def _gate(serve: str, route: str, concurrency: int, tmp_path: Path, cli: bool) -
                 {**rep.model_dump(mode="json"), "gates": [g.model_dump() for g in gates]},
             )
         rec = run_cli(
-            "record", "--agent", agent, "--serve", serve, "--suite", "builtin", "--n", "1", "--k", "1",
-            "--concurrency", str(concurrency), "--out", str(out),
+            "record", "--agent", agent, "--same-user-ok", "--serve", serve, "--suite", "builtin", "--n", "1",
+            "--k", "1", "--concurrency", str(concurrency), "--out", str(out),
         )  # fmt: skip
     if rec.returncode != 0:
         return rec.returncode, rec.stdout + rec.stderr, {}
@@ -170,7 +170,18 @@ def test_the_driver_refuses_a_redirect_and_never_echoes_an_agents_error_body(
     with agent as url:
         out = tmp_path / "b.jsonl"
         proc = run_cli(
-            "record", "--agent", url, "--suite", "builtin", "--n", "1", "--k", "1", "--out", str(out)
+            "record",
+            "--agent",
+            url,
+            "--same-user-ok",
+            "--suite",
+            "builtin",
+            "--n",
+            "1",
+            "--k",
+            "1",
+            "--out",
+            str(out),
         )
     said = proc.stdout + proc.stderr
     assert proc.returncode == 3 and not out.exists(), said

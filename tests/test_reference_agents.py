@@ -90,6 +90,7 @@ def test_mem0s_delete_leaves_the_target_in_its_history_and_the_gate_fails(
             "record",
             "--agent",
             agent,
+            "--same-user-ok",  # a test rig: the agent runs as this user
             "--serve",
             url,
             "--serve-control",
@@ -139,7 +140,7 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
         reference_agent(name, url, tmp_path / "data") as agent,  # type: ignore[attr-defined]
     ):
         proc = run_cli(
-            "record", "--agent", agent, "--serve", url, "--serve-control", str(control),
+            "record", "--agent", agent, "--same-user-ok", "--serve", url, "--serve-control", str(control),
             "--suite", "builtin", "--k", "1", "--concurrency", "2", "-o", str(tmp_path / "b.jsonl"),
             "--recheck", "restart,compact,turns-1",
         )  # fmt: skip

@@ -54,7 +54,9 @@ pids+=($!)
 wait_for "$URL/eu-audit/v1/capabilities"
 
 start=$(date +%s)
-"$BIN/eu-audit" record --agent "$URL" --serve "$SERVE" \
+# --same-user-ok: these report runs start the agent as this user (a rig on one machine); a gate runs it
+# as another user (README, docs/gate-your-agent.md), and record refuses one of its own user without it
+"$BIN/eu-audit" record --agent "$URL" --same-user-ok --serve "$SERVE" \
   --suite "$SUITE" --n "$N" --seed 0 \
   --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
   ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} ${UNTIL:+--until-decided} \

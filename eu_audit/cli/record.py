@@ -178,6 +178,13 @@ RecordRecheck = Annotated[
     ),
 ]
 
+RecordSameUserOk = Annotated[
+    bool,
+    typer.Option(
+        help="With --agent: accept an agent on this machine that runs as your own user (it could read "
+        "serve's control secret and log): a test rig, not a gate. Without it such an agent is refused.",
+    ),
+]
 RecordUntilDecided = Annotated[
     bool,
     typer.Option(
@@ -199,7 +206,11 @@ RecordUntilGate = Annotated[
 
 
 def _agent_only(
-    recheck: str | None, positive_control: bool, store_path: list[str] | None, until_decided: bool = False
+    recheck: str | None,
+    positive_control: bool,
+    store_path: list[str] | None,
+    until_decided: bool = False,
+    same_user_ok: bool = False,
 ) -> dict[str, bool]:
     """The options that mean something only with --agent, and whether each was given."""
     return {
@@ -207,6 +218,7 @@ def _agent_only(
         "--no-positive-control": not positive_control,
         "--store-path": bool(store_path),
         "--until-decided": until_decided,
+        "--same-user-ok": same_user_ok,
     }
 
 
@@ -239,6 +251,7 @@ def record_command(
     recheck: RecordRecheck = None,
     positive_control: RecordPositiveControl = True,
     store_path: RecordStorePath = None,
+    same_user_ok: RecordSameUserOk = False,
     until_decided: RecordUntilDecided = False,
     until_gate_set: RecordUntilGateSet = None,
     until_gate: RecordUntilGate = None,
@@ -270,7 +283,7 @@ def record_command(
         "--server": server is not None,
         "--ctx": ctx is not None,
     }
-    agent_only = _agent_only(recheck, positive_control, store_path, until_decided)
+    agent_only = _agent_only(recheck, positive_control, store_path, until_decided, same_user_ok)
     rounds = _rounds(until_decided, until_gate_set, until_gate)
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
@@ -297,7 +310,7 @@ def record_command(
             shard=Shard.parse(shard) if shard else None,
             bounds=_bounds(agent_timeout, max_response_mb, max_bundle_mb),
         )
-        _record_agent(opts_bb, rounds)
+        _record_agent(opts_bb, rounds, same_user_ok)
         return
     opts = RecordOptions(
         suite=suite,
@@ -375,8 +388,11 @@ def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: 
         )
 
 
-def _record_agent(opts: Any, rounds: Any = None) -> None:
+def _record_agent(opts: Any, rounds: Any = None, same_user_ok: bool = False) -> None:
     from eu_audit.blackbox.drive import record_agent
+    from eu_audit.blackbox.same_user import check_agent_user
+
+    check_agent_user(opts.agent, same_user_ok)  # before anything is driven
     from eu_audit.rounds import record_until_decided
 
     agent, serve = opts.agent, opts.serve
