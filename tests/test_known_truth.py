@@ -116,3 +116,27 @@ def test_a_forget_that_works_runs_every_round_to_n_and_is_the_run_a_fixed_n_woul
     assert facts["rounds"] == [1, 2] and len(facts["serve_logs"]) == 2
     assert [s.session_id for s in bundle.sessions if s.session.method == "agent"] == ["s0/agent", "s1/agent"]
     assert {s.session.seed for s in bundle.sessions} == {0}
+
+
+def test_a_good_forget_looks_for_z_as_the_model_writes_it_not_only_as_it_was_given() -> None:
+    """The gate failed the "good" forget at n = 30 in 2 of 30 sessions, rightly: the model wrote "severe
+    penicillin allergy" without the target's article, and the forget looked for the target as given
+    (reports/discrimination). A forget whose truth is good removes every item the gate would count."""
+    import importlib.util
+
+    sys.path.insert(0, str(AGENT.parents[1]))
+    spec = importlib.util.spec_from_file_location("known_truth_agent", AGENT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from contract_kit import ForgetRequest  # type: ignore[import-not-found]
+
+    request = ForgetRequest(target="a severe penicillin allergy")
+    said = {
+        "role": "assistant",
+        "content": '{"name": "Pharmacist", "arguments": {"condition": "severe penicillin allergy"}}',
+    }
+    good = module.KnownTruthAgent.__new__(module.KnownTruthAgent)
+    assert good.carrier(request)(said)
+    minimal = module.minimal.MinimalAgent.__new__(module.minimal.MinimalAgent)
+    assert not minimal.carrier(request)(said)  # the minimal agent's fold: what the gate caught

@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,11 +131,7 @@ class MinimalAgent(Tenants):
         none`` the request is acknowledged and nothing is removed (the paper's B0)."""
         if self.forget_mode == "none":
             return {"status": "ok", "detail": "forget disabled (--forget none)", "receipt": {"removed": 0}}
-        needles = [n for n in (norm(v) for v in [body.target, *body.variants]) if n]
-
-        def carries(item: dict[str, Any]) -> bool:
-            return any(n in norm(json.dumps(item)) for n in needles)
-
+        carries = self.carrier(body)
         mine = [s for s in self.sessions.values() if s["tenant"] == tenant]
         before = len(self.memories_of(tenant)) + sum(len(s["messages"]) for s in mine)
         self.memories[tenant] = [m for m in self.memories_of(tenant) if not carries(m)]
@@ -143,6 +140,11 @@ class MinimalAgent(Tenants):
         removed = before - len(self.memories[tenant]) - sum(len(s["messages"]) for s in mine)
         self.save(tenant)
         return {"status": "ok", "detail": f"removed {removed} items", "receipt": {"removed": removed}}
+
+    def carrier(self, body: ForgetRequest) -> Callable[[dict[str, Any]], bool]:
+        """What the forget looks for in an item: the target or a variant, case and punctuation folded."""
+        needles = [n for n in (norm(v) for v in [body.target, *body.variants]) if n]
+        return lambda item: any(n in norm(json.dumps(item)) for n in needles)
 
     def reset(self, tenant: str) -> dict[str, Any]:
         self.drop_sessions(tenant)
