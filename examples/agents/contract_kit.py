@@ -49,6 +49,19 @@ SYSTEM = (
 )
 
 
+ARTICLES = ("a ", "an ", "the ")
+
+
+def needles(target: str, variants: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The target and its variants folded (``norm``), each also without a leading article: a model writes
+    "severe penicillin allergy" for the target "a severe penicillin allergy"."""
+    out = []
+    for v in [target, *variants]:
+        n = norm(v)
+        out += [n, *(n[len(a) :] for a in ARTICLES if n.startswith(a) and len(n) > len(a) + 3)]
+    return [n for n in dict.fromkeys(out) if n]
+
+
 def norm(text: str) -> str:
     """Case and punctuation folded, the way the reference agents' forgets look for the target: "12 Linden
     St." and "12 linden st" are one needle."""

@@ -27,7 +27,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the contract kit beside the agents
-from contract_kit import ForgetRequest, arguments, serve_agent  # noqa: E402
+from contract_kit import ForgetRequest, arguments, needles, norm, serve_agent  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("minimal_agent", HERE.parent / "minimal" / "agent.py")
 assert _spec is not None and _spec.loader is not None
@@ -89,14 +89,12 @@ class KnownTruthAgent(minimal.MinimalAgent):  # type: ignore[misc,name-defined]
     # --- the forgets -------------------------------------------------------------------------------
 
     def carrier(self, body: ForgetRequest) -> Callable[[dict[str, Any]], bool]:
-        """z as eu-audit's audits find it: a forget whose truth is "good" must remove every item the gate
-        counts. The contract kit's case-and-punctuation fold kept "severe penicillin allergy" (the target
-        "a severe penicillin allergy" without its article) in 2 of 30 sessions, and the gate rightly failed
-        that forget (reports/discrimination); the matcher folds what a model writes."""
-        from eu_audit.matching import TargetMatcher
-
-        matcher = TargetMatcher.of(body.target, body.variants)
-        return lambda item: matcher.found_in(json.dumps(item, ensure_ascii=False))
+        """z as a model writes it: a forget whose truth is "good" must remove every item the gate counts.
+        The minimal agent's fold (case and punctuation) kept "severe penicillin allergy" (the target "a
+        severe penicillin allergy" without its article) in 2 of 30 sessions, and the gate rightly failed
+        that forget (reports/discrimination); this one also looks for the target without its article."""
+        found = needles(body.target, body.variants)
+        return lambda item: any(n in norm(json.dumps(item, ensure_ascii=False)) for n in found)
 
     def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
         if self.mode in ("remove", "none", "sqlite-vacuum", "sqlite-delete"):
