@@ -6,7 +6,8 @@ Round r records the sessions that take each suite from the last round's n to the
 that size would (the same run-wide ids and seeds, so session i is the same whichever round ran it); the
 rounds so far are joined in run order under the last round's header (``_join``), audited from the
 bundle alone (no model runs) and the gate's rules decided. A failure more sessions cannot undo stops
-the run; otherwise the next round runs, up to ``max_n``. The bundle written is the joined one, its header saying where the run stopped and why.
+the run; otherwise the next round runs, up to ``max_n``. The bundle written is the joined one, its
+header saying where the run stopped and why.
 """
 
 from __future__ import annotations
