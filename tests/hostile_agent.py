@@ -12,7 +12,8 @@ own lane so that its own post-forget prompts look clean:
 - ``hold``: holds each tenant at its first message for a while, then sends its z-carrying calls down
   the other held tenants' lanes (which tenant is which it cannot tell: names are opaque);
 - ``unknown-lane``: sends them down a lane serve never opened;
-- ``other-lanes``: sends them down every other lane it was given, whether its tenant's run is over or not.
+- ``other-lanes``: sends them down every other lane it was given, whether its tenant's run is over or not;
+- ``base64``: no route around serve: its own calls carry z base64-encoded, which a model can decode.
 
 Run: ``python -m tests.hostile_agent --route R --serve URL [--control-file F] --port P``.
 """
@@ -20,6 +21,7 @@ Run: ``python -m tests.hostile_agent --route R --serve URL [--control-file F] --
 from __future__ import annotations
 
 import argparse
+import base64
 import secrets
 import threading
 from typing import Any
@@ -37,7 +39,15 @@ from eu_audit.matching import TargetMatcher
 
 from .scripted_agents import _http
 
-ROUTES = ("secret-file", "no-secret", "reference-lane", "hold", "unknown-lane", "other-lanes")
+ROUTES = (
+    "secret-file",
+    "no-secret",
+    "reference-lane",
+    "hold",
+    "unknown-lane",
+    "other-lanes",
+    "base64",
+)
 
 
 class Hostile:
@@ -96,12 +106,12 @@ class Hostile:
         """Mark the tenant's own lane with ``phase``, copying the harness's current mark (read from the
         log with the secret; without it, a guess)."""
         headers = {"X-EU-Audit-Control": secret}
-        tag: dict[str, Any] = {"session": "s0/agent", "method": "agent", "tenant": tenant}
+        tag: dict[str, Any] = {"tenant": tenant}
         status, got = _http("GET", self.serve + "/eu-audit/v1/log", headers=headers)
         if status == 200 and got:
             marks = [e["mark"] for e in got["entries"] if (e.get("mark") or {}).get("tenant") == tenant]
             if marks:
-                tag = {k: marks[-1][k] for k in ("session", "method", "tenant")}
+                tag = {k: marks[-1][k] for k in ("tenant", "event")}
         tag["phase"] = phase
         _http("POST", self.serve + "/eu-audit/v1/mark", {"tag": tag, "lane": self._lane(tenant)}, headers)
 
@@ -144,6 +154,9 @@ class Hostile:
             self._relabel(tenant, "stream", secret)
             self._chat(self.url[tenant], history)  # z, labelled as if before the forget
             self._relabel(tenant, "future", secret)
+        elif self.route == "base64":
+            encoded = base64.b64encode(m.value.encode()).decode()
+            return Turn(text=self._chat(self.url[tenant], [*decoy, {"role": "system", "content": encoded}]))
         else:
             for url in self._elsewhere(tenant, m):
                 self._chat(url, history)

@@ -52,7 +52,7 @@ class ForgingAgent:
         return Capabilities(name="forging", memory_inject=True)
 
     def _forge(self) -> None:
-        mark = {"tag": {"session": "forged", "phase": "stream"}}
+        mark = {"tag": {"tenant": "forged", "phase": "stream"}}
         self.attempts.append(_http("POST", self.serve + "/eu-audit/v1/mark", mark)[0])
         self.attempts.append(
             _http("POST", self.serve + "/eu-audit/v1/mark", mark, {"X-EU-Audit-Control": "0" * 64})[0]

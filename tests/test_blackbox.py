@@ -257,7 +257,7 @@ def test_serve_answers_tool_calls_embeddings_and_pins_decoding(serve: tuple[str,
         with urllib.request.urlopen(req, timeout=120) as resp:
             return json.loads(resp.read())  # type: ignore[no-any-return]
 
-    post("/eu-audit/v1/mark", {"tag": {"session": "probe-test", "phase": "probe"}})
+    post("/eu-audit/v1/mark", {"tag": {"tenant": "probe-test", "phase": "probe"}})
     messages = [{"role": "user", "content": "Book a taxi from 12 Linden Street. Use the book_taxi tool."}]
     tools = [
         {"type": "function", "function": {"name": "book_taxi", "parameters": {"properties": {"pickup": {}}}}}

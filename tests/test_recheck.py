@@ -114,7 +114,7 @@ def test_the_prompts_of_a_recheck_are_its_own_events_calls() -> None:
     post-forget phases, a recheck's record only the calls marked with its event."""
 
     def entry(phase: str, text: str, event: str = "") -> dict[str, object]:
-        mark = {"key": "k", "tenant": "r-s0-agent", "session": "s0/agent", "phase": phase, "event": event}
+        mark = {"key": "k", "tenant": "r-s0-agent", "phase": phase, "event": event}
         return {
             "endpoint": "/v1/chat/completions",
             "mark": mark,
@@ -138,7 +138,7 @@ def test_the_prompts_of_a_recheck_are_its_own_events_calls() -> None:
 
     def of(after: str) -> ResidueRecord:
         r = ResidueRecord(session_id="s0/agent", after=after)
-        return context_residue(r, entries, Trace(), "d", True, "k", {"r-s0-agent"})  # type: ignore[arg-type]
+        return context_residue(r, entries, Trace(), "d", True, "k", "r-s0-agent")  # type: ignore[arg-type]
 
     assert (of("").context_calls, of("").context_calls_with_z) == (1, 0)
     assert (of("restart").context_calls, of("restart").context_calls_with_z) == (1, 1)

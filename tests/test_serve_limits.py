@@ -83,7 +83,7 @@ def test_an_agent_cannot_mark_its_own_prompts_change_decoding_or_read_the_log(
 ) -> None:
     url, log, secret = serve
     verbs = [
-        ("/eu-audit/v1/mark", {"tag": {"session": "forged", "phase": "stream"}}),
+        ("/eu-audit/v1/mark", {"tag": {"tenant": "forged", "phase": "stream"}}),
         ("/eu-audit/v1/decoding", {"mode": "agent"}),
         ("/eu-audit/v1/log", None),
     ]
@@ -93,11 +93,11 @@ def test_an_agent_cannot_mark_its_own_prompts_change_decoding_or_read_the_log(
             assert status == 403, (path, wrong, got)
     refused = [e for e in entries(log) if e["status"] == 403]
     assert len(refused) == 9  # every refused control call is in the log
-    status, _ = call(url, "/eu-audit/v1/mark", {"tag": {"session": "s", "phase": "probe"}}, secret=secret)
+    status, _ = call(url, "/eu-audit/v1/mark", {"tag": {"tenant": "s", "phase": "probe"}}, secret=secret)
     assert status == 200
     call(url, "/v1/chat/completions", {"messages": HI, "max_tokens": 2})
     marked = entries(log)[-1]["mark"]
-    assert marked["session"] == "s" and marked["key"] == call(url, "/eu-audit/v1/info")[1]["control_key"]
+    assert marked["tenant"] == "s" and marked["key"] == call(url, "/eu-audit/v1/info")[1]["control_key"]
     call(url, "/eu-audit/v1/mark", {"tag": None}, secret=secret)
 
 
@@ -118,7 +118,7 @@ def test_an_agent_cannot_mark_its_own_prompts_change_decoding_or_read_the_log(
         ("/v1/embeddings", {"input": [1, 2]}, "input"),
         ("/eu-audit/v1/decoding", {"mode": "sampled", "temperature": 1.0, "seed": "abc"}, "seed"),
         ("/eu-audit/v1/decoding", {"mode": "sampled", "temperature": 1.0}, "seed"),
-        ("/eu-audit/v1/mark", {"tag": {"session": "s", "phase": "whenever"}}, "tag.phase"),
+        ("/eu-audit/v1/mark", {"tag": {"tenant": "s", "phase": "whenever"}}, "tag.phase"),
     ],
 )
 def test_a_wrong_typed_request_is_a_400_naming_the_field_never_a_500(

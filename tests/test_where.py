@@ -20,7 +20,7 @@ Z = "Kastanienallee 7"
 def _call(seq: int, phase: str, system: str, user: str) -> dict[str, object]:
     return {
         "seq": seq,
-        "mark": {"session": "s0/agent", "phase": phase},
+        "mark": {"tenant": "5f0c9a1e", "phase": phase},
         "endpoint": "/v1/chat/completions",
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
     }
@@ -28,7 +28,12 @@ def _call(seq: int, phase: str, system: str, user: str) -> dict[str, object]:
 
 def _run_folder(tmp_path: Path) -> Path:
     records = [
-        {"type": "session", "session_id": "s0/agent", "episode": {"target": {"value": Z, "variants": []}}},
+        {
+            "type": "session",
+            "session_id": "s0/agent",
+            "tenant": "5f0c9a1e",
+            "episode": {"target": {"value": Z, "variants": []}},
+        },
         {"type": "agent_forget", "session_id": "s0/agent", "detail": "deleted 1 memories"},
         {
             "type": "residue",

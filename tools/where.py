@@ -23,7 +23,7 @@ def quote(text: str, width: int = 160) -> str:
     return (text[: width - 1] + "…") if len(text) > width else text
 
 
-def callers(folder: Path, sid: str, matcher: TargetMatcher) -> Counter[str]:
+def callers(folder: Path, tenant: str, matcher: TargetMatcher) -> Counter[str]:
     """The model calls after the forget that carried z, by who made them: the opening words of each call's
     system prompt. A tier names a message's role only, and a memory library's own calls (an extraction
     prompt that renders the last messages as text in one user turn) land in the same tier as the agent's
@@ -36,7 +36,7 @@ def callers(folder: Path, sid: str, matcher: TargetMatcher) -> Counter[str]:
     for line in log.read_text().splitlines():
         e = json.loads(line)
         mark = e.get("mark") or {}
-        if mark.get("session") != sid or mark.get("phase") not in AFTER:
+        if mark.get("tenant") != tenant or mark.get("phase") not in AFTER:
             continue
         parts = prompt_parts(e)  # (tier, text) as the residue check reads the call
         if not any(matcher.found_in(text) for _, text in parts):
@@ -60,6 +60,8 @@ def main(folders: list[str]) -> None:
         )
         print()
         forgets = {r["session_id"]: r for r in records if r["type"] == "agent_forget"}
+        # serve's log names a tenant by an opaque name only; the bundle's session line says which
+        tenants = {r["session_id"]: r.get("tenant") or "" for r in records if r["type"] == "session"}
         # z is stored once, in the session's episode (a trace@1 line kept a copy beside it)
         targets = {
             r["session_id"]: r["episode"]["target"] if "episode" in r else r["target"]
@@ -83,7 +85,11 @@ def main(folders: list[str]) -> None:
             print(f"  the dump holds z in {r['store_items_with_z']} of {r['store_items']} items ({stores}).")
             target = targets.get(sid) or {}
             made = (
-                callers(folder, sid, TargetMatcher.of(target["value"], target.get("variants") or []))
+                callers(
+                    folder,
+                    tenants.get(sid, ""),
+                    TargetMatcher.of(target["value"], target.get("variants") or []),
+                )
                 if target.get("value")
                 else Counter()
             )

@@ -122,7 +122,7 @@ def run_tenant(
     sid = session_id_of(index)
     d = Driver(agent, caps, serve, outbox, ep, opts, f"{sid}/{method}", world, tenant, fed)
     # marked before the agent hears of the tenant: on a lane, this opens it
-    serve.mark(session=d.sid, method=method, tenant=tenant, phase="stream")
+    serve.mark(tenant=tenant, phase="stream")
     d.start()
     before, future = _split(ep)
     for t, step in before:
@@ -133,14 +133,14 @@ def run_tenant(
     if method == AGENT_METHOD:
         # the agent's own model calls while it forgets (an LLM that rewrites its memory): logged as such,
         # neither before nor after the forget
-        serve.mark(session=d.sid, method=method, tenant=tenant, phase="forget")
+        serve.mark(tenant=tenant, phase="forget")
         forgets, at_once, by = _forget(d, agent, caps, tenant, ep, opts)
     elif method == CONTROL_TENANT[0]:
         # the positive control meets every event the agent meets, at the same points, never the forget:
         # each after.EVENT channel gets a control of its own channel (eu_audit.audits.sensitivity)
         at_once = d.rechecks(method, ep.target.matcher(), at_once=True)
     d.after = True
-    serve.mark(session=d.sid, method=method, tenant=tenant, phase="future")
+    serve.mark(tenant=tenant, phase="future")
     for t, step in future:
         d.step(t, step)
     elicitations = d.elicit()
@@ -159,6 +159,7 @@ def run_tenant(
         final_manifest=d.tx.post_forget,
         method=method,
         parent_session=sid,
+        tenant=tenant,
         index=index,
         skipped=d.tx.skipped,
         episode=ep,
@@ -400,8 +401,9 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     by_id = {t.session_id: t for t in driven}
     sessions = [by_id[f"{session_id_of(i)}/{method}"] for i, _, method, _ in canonical]
     for trace in sessions:
+        name = str(trace.session.tenant)
         trace.residues = [
-            context_residue(r, entries, trace, digest, serve.url is not None, serve.key, set(tenants))
+            context_residue(r, entries, trace, digest, serve.url is not None, serve.key, name)
             for r in trace.residues
         ]
     by_tenant = {(t.session, t.method): name for name, t in tenants.items()}

@@ -327,7 +327,7 @@ class Driver:
             if why:
                 out.append(ResidueRecord(session_id=self.sid, after=name, skipped=why))
                 continue
-            self.serve.mark(session=self.sid, method=method, tenant=self.tenant, phase="recheck", event=name)
+            self.serve.mark(tenant=self.tenant, phase="recheck", event=name)
             try:
                 answers = recheck(name)[0].run(self, name)
             finally:
@@ -392,7 +392,7 @@ class Driver:
 
     def ask(self, kind: ProbeKind, name: str, prompt: str, seed: int | None) -> ElicitationRecord:
         what = f"episode {self.ep.id}, {self.sid}, {kind} {name}"
-        self.serve.mark(session=self.sid, method=self.sid.split("/")[-1], tenant=self.tenant, phase=kind)
+        self.serve.mark(tenant=self.tenant, phase=kind)
         if seed is not None:
             self.serve.sampled(self.opts.temperature, seed)
         try:

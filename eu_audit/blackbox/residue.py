@@ -123,11 +123,12 @@ def context_residue(
     digest: str,
     have_log: bool,
     key: str,
-    tenants: set[str] | frozenset[str],
+    tenant: str,
 ) -> ResidueRecord:
-    """``record`` with the serve-log side filled in for ``trace``'s tenant: the requests marked post-forget
-    by the harness's control key ``key`` (a mark set under any other key is not this run's) for one of
-    this run's ``tenants`` (another run on the same serve reuses the session ids, never a tenant's name)."""
+    """``record`` with the serve-log side filled in for ``trace``'s tenant, named ``tenant`` in serve's log:
+    the requests marked post-forget by the harness's control key ``key`` (a mark set under any other key is
+    not this run's) for that tenant (an opaque name, fresh in every run; the log carries no session or
+    role)."""
     if not have_log:
         return record
     if record.skipped:
@@ -143,8 +144,7 @@ def context_residue(
         e
         for e in entries
         if (e.get("mark") or {}).get("key") == key
-        and str((e.get("mark") or {}).get("tenant", "")) in tenants
-        and (e.get("mark") or {}).get("session") == trace.session_id
+        and str((e.get("mark") or {}).get("tenant", "")) == tenant
         and counted(e.get("mark") or {})
     ]
     calls = [e for e in mine if e.get("endpoint") in MODEL_ENDPOINTS]

@@ -124,7 +124,7 @@ class ServeControl:
         if self.url is None:
             raise RunFailed("no serve to embed with")
         lane = ServeControl(self.url, self.secret, secrets.token_hex(16), self.numbers)
-        lane.mark(session="forensics", method="", tenant="", phase="forensics")
+        lane.mark(tenant="", phase="forensics")
         try:
             got = request_json(
                 f"{self.url}/lanes/{lane.lane}/v1/embeddings", "POST", {"input": list(texts)}, timeout=120

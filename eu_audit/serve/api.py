@@ -54,10 +54,10 @@ class _Strict(BaseModel):
 
 
 class Mark(_Strict):
-    """Which tenant, session and phase the requests that follow belong to."""
+    """Which tenant and phase the requests that follow belong to. The tenant is an opaque name: serve's log
+    is a file an agent of the same user could read, so no role (reference, control, the method) and no
+    session appears in it; the mapping from tenant to role stays with the harness."""
 
-    session: str = Field(max_length=200)
-    method: str = Field("", max_length=50)
     tenant: str = Field("", max_length=200)
     phase: LogPhase
     event: str = Field("", max_length=50)  # phase "recheck": which event (``eu_audit.blackbox.recheck``)

@@ -162,6 +162,9 @@ class SessionRecord(_Record):
     memory_final: list[MemoryEntry] = Field(default_factory=list)  # the persistent store at R_T
     method: str | None = None  # the forget method that produced this state (None: as recorded)
     parent_session: str | None = None  # the recorded session a post-forget state derives from
+    #: black-box runs: the opaque name this session's tenant had in serve's log, the only name its calls
+    #: carry there (no role or session id does), so the log is read for this session by it
+    tenant: str | None = None
     kv_excised: list[tuple[int, int]] = Field(default_factory=list)  # positions cut from the final cache
     sink_policy: SinkPolicy | None = None  # information-flow sink policy in force (B8, B9)
     skipped: list[SkippedStep] = Field(default_factory=list)  # black-box runs: steps not driven, and why
