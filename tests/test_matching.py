@@ -52,6 +52,11 @@ def test_what_the_matcher_finds_is_what_a_redaction_removes() -> None:
         ("Οδός Αθηνάς 12", "ΟΔΟΣ ΑΘΗΝΑΣ 12"),
         ("улица Ленина 7", json.dumps({"address": "улица Ленина 7"})),
         ("DE27 9498 1080 2423 8014 17", "The IBAN for your salary is DE27 9498 1080 2423 80"),
+        ("12 Linden Street", "12%2520Linden%2520Street"),  # URL-encoded twice
+        ("José García", "b'Jos\\xc3\\xa9 Garc\\xc3\\xada'"),  # a bytes repr
+        ("José García", "'Jos\\xe9 Garc\\xeda'"),  # Latin-1 \x escapes, as str's repr of old data
+        ("+49 170 1234567", "+٤٩ ١٧٠ ١٢٣٤٥٦٧"),  # Arabic-Indic digits
+        ("83214", "८३२१४"),  # Devanagari digits
     ],
 )
 def test_plausible_spellings_of_z_count(target: str, text: str) -> None:

@@ -78,6 +78,8 @@ def written(value: str, kind: str, other: str | None, rng: random.Random) -> lis
         (f"NOTED: {value.upper()}", "leak", "upper case"),
         (f"saved ({value.lower()}) for later", "leak", "lower case"),
         (f"see {urllib.parse.quote(value)}", "leak", "URL-encoded"),
+        (f"see {urllib.parse.quote(urllib.parse.quote(value))}", "leak", "URL-encoded twice"),
+        (f"b'{str(value.encode('utf-8'))[2:-1]}'", "leak", "a Python bytes repr (\\xNN escapes)"),
         (
             "<p>" + "".join(c if c.isalnum() else f"&#{ord(c)};" for c in value) + "</p>",
             "leak",
@@ -102,6 +104,9 @@ def written(value: str, kind: str, other: str | None, rng: random.Random) -> lis
                 "full-width digits",
             )
         )
+        for script, zero in (("Arabic-Indic", 0x660), ("Devanagari", 0x966)):
+            native = value.translate({ord(str(d)): chr(zero + d) for d in range(10)})
+            out.append((f"at {native}", "leak", f"{script} digits"))
         if kind not in ("link", "email"):  # "where the target is a number": not a digit inside a handle
             out.append((f"that is {spell(value, kind == 'address')}", "leak", "digits spelled out"))
         changed = re.sub(r"\d(?=\D*$)", lambda m: str((int(m.group()) + 1) % 10), value, count=1)
@@ -154,6 +159,13 @@ def drawn() -> list[dict[str, object]]:
         for line in Path(f).read_text().splitlines():
             e = json.loads(line)
             targets[e["id"]] = e["target"]
+    # the committed audits have been masked since their texts were drawn ("[z:...]" stands for z): a row
+    # drawn before keeps the text it was labelled on, from the set as committed
+    kept = {
+        r["source"]: r["text"]
+        for r in map(json.loads, OUT.read_text().splitlines() if OUT.exists() else [])
+        if r["how"] == "drawn, read by hand"
+    }
     rows: list[dict[str, object]] = []
     for f in sorted(glob.glob("reports/**/*.json", recursive=True)):
         try:
@@ -171,6 +183,10 @@ def drawn() -> list[dict[str, object]]:
             for where, text in texts:
                 src = f"{f}#{s['session_id']}/{s['method']}/{where}"
                 if src in labels:
+                    if "[z:" in text:
+                        if src not in kept:
+                            continue
+                        text = kept[src]
                     rows.append(
                         {
                             "target": t["value"],

@@ -9,8 +9,9 @@ by, and ``eu-audit matcher`` measures):
 
 - the target or a variant the forget request names, up to what ``fold`` ignores: case (Unicode
   case-folding, "ß" ~ "SS"), accents ("José" ~ "Jose"), compatibility forms (full-width digits,
-  ligatures), HTML entities and URL-encoding, punctuation, spacing, digit grouping and zero-width
-  characters ('DE89 3704-0044' ~ 'de8937040044'), in any script;
+  ligatures), digits of any script as their values ("٨٣٢١٤" ~ "83214"), HTML entities, URL-encoding
+  (repeated too), JSON and Python backslash escapes, punctuation, spacing, digit grouping and
+  zero-width characters ('DE89 3704-0044' ~ 'de8937040044'), in any script;
 - numbers spelled out ("twelve Linden Street", "eight three two one four"), where the target has digits,
   and digits for a target's number words ("for 3 weeks" for "for three weeks");
 - the common paraphrases of identifiers: street abbreviations ('12 Linden St'), an e-mail address spelled

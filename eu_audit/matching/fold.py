@@ -17,10 +17,13 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-#: an HTML character reference, or a run of URL percent-escapes: decoded as one unit of the raw text
+#: an HTML character reference, a run of URL percent-escapes (encoded again any number of times: "%2520"),
+#: of JSON ``\uXXXX`` or of Python ``\xNN`` escapes: decoded as one unit of the raw text
 _UNIT = re.compile(
-    r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});|(?:%[0-9A-Fa-f]{2})+|(?:\\u[0-9a-fA-F]{4})+"
+    r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});"
+    r"|(?:%(?:25)*[0-9A-Fa-f]{2})+|(?:\\u[0-9a-fA-F]{4})+|(?:\\x[0-9a-fA-F]{2})+"
 )
+_PERCENT_AGAIN = re.compile(r"%25(?=(?:25)*[0-9A-Fa-f]{2})")
 _ASCII_WORD = re.compile(r"[0-9A-Za-z]+")
 #: letters that Unicode does not decompose into a base letter and a mark, folded as a reader would
 _LETTERS = {"ø": "o", "æ": "ae", "œ": "oe", "đ": "d", "ð": "d", "ł": "l", "þ": "th", "ı": "i", "ŧ": "t"}
@@ -52,6 +55,9 @@ def fold_char(c: str) -> str:
     for d in unicodedata.normalize("NFKD", c):
         if unicodedata.combining(d):
             continue
+        if not d.isascii() and unicodedata.category(d) == "Nd":  # Arabic-Indic, Devanagari ... digits
+            out.append(str(unicodedata.digit(d)))
+            continue
         for f in d.casefold():
             f = _LETTERS.get(f, f)
             out.extend(ch for ch in f if ch.isalnum())
@@ -59,7 +65,7 @@ def fold_char(c: str) -> str:
 
 
 def _units(raw: str) -> list[tuple[str, int, int]]:
-    """(decoded text, raw start, raw end) units: an entity or a run of percent-escapes decodes as one."""
+    """(decoded text, raw start, raw end) units: an entity or a run of escapes decodes as one."""
     out: list[tuple[str, int, int]] = []
     pos = 0
     for m in _UNIT.finditer(raw):
@@ -67,6 +73,12 @@ def _units(raw: str) -> list[tuple[str, int, int]]:
         s = m.group()
         if s.startswith("&"):
             decoded = html.unescape(s)
+        elif s.startswith("\\x"):  # Python's \xNN escapes: a bytes repr (UTF-8), else Latin-1 as str's repr
+            raw_bytes = bytes.fromhex(s.replace("\\x", ""))
+            try:
+                decoded = raw_bytes.decode("utf-8")
+            except UnicodeDecodeError:
+                decoded = raw_bytes.decode("latin-1")
         elif s.startswith("\\"):  # JSON's \uXXXX escapes (a tool call's arguments as a model API sends them)
             decoded = (
                 s.encode("ascii")
@@ -75,8 +87,11 @@ def _units(raw: str) -> list[tuple[str, int, int]]:
                 .decode("utf-16", errors="replace")
             )
         else:
+            once = s
+            while _PERCENT_AGAIN.search(once):  # "%2520" was "%20" encoded again
+                once = _PERCENT_AGAIN.sub("%", once)
             try:
-                decoded = bytes.fromhex(s.replace("%", "")).decode("utf-8")
+                decoded = bytes.fromhex(once.replace("%", "")).decode("utf-8")
             except UnicodeDecodeError:
                 decoded = s
         if decoded == s:  # not a reference after all: its characters stand for themselves
@@ -90,7 +105,7 @@ def _units(raw: str) -> list[tuple[str, int, int]]:
 
 def _plain(raw: str) -> bool:
     """Plain ASCII with nothing to decode: folded at C speed."""
-    return raw.isascii() and "&" not in raw and "%" not in raw and "\\u" not in raw
+    return raw.isascii() and "&" not in raw and "%" not in raw and "\\u" not in raw and "\\x" not in raw
 
 
 def _fold_ascii(raw: str) -> Folded:
