@@ -7,7 +7,7 @@ holds. The tiny model over HTTP (serve's embeddings): seconds."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -110,6 +110,48 @@ def test_a_file_that_cannot_be_read_is_not_measured_never_clean(tmp_path: Path) 
     counts, _, unread = report.counts()
     assert counts["rows"] == 1 and counts["bytes"] >= 1
     assert str(tmp_path / "missing.sqlite") in unread
+
+
+def test_z_written_in_any_form_an_agent_writes_it_is_found_and_the_form_named(tmp_path: Path) -> None:
+    """json.dump's escapes, NFD, a line wrap, base64, gzip, zlib and zstd: each file holds z, none byte
+    for byte, and each is found with its form named; the same forms of another text are clean."""
+    import base64
+    import gzip
+    import json
+    import unicodedata
+    import zlib
+
+    import zstandard
+
+    forms: dict[str, Callable[[str], bytes]] = {
+        "escaped.json": lambda t: json.dumps({"name": t}).encode(),  # \u00e9: json.dump's default
+        "nfd.txt": lambda t: unicodedata.normalize("NFD", t).encode(),
+        "wrapped.txt": lambda t: t.replace(", ", ",\n").encode(),
+        "b64.txt": lambda t: b"blob: " + base64.b64encode(t.encode()),
+        "cache.gz": lambda t: gzip.compress(t.encode()),
+        "cache.zlib": lambda t: b"\x00\x01" + zlib.compress(json.dumps([t]).encode()),
+        "cache.zst": lambda t: zstandard.ZstdCompressor().compress(t.encode()),
+    }
+    z, clean = "José García, Calle Mayor 5", "Jane Doe, Calle Menor 6"
+    m = TargetMatcher.of(z)
+    for folder, text in (("z", z), ("clean", clean)):
+        (tmp_path / folder).mkdir()
+        for name, write in forms.items():
+            (tmp_path / folder / name).write_bytes(write(text))
+    kind = {"gz": "gzip", "zlib": "zlib", "zst": "zstd"}
+    for name, write in forms.items():
+        counts, examples, _ = read_files([tmp_path / "z" / name], m).counts()
+        assert counts["bytes"] >= 1 and f"{name}: byte " in examples["bytes"], (name, examples)
+        if name.startswith("cache."):  # a short text may stay literal in the stream: opened all the same
+            assert f"in a {kind[name.split('.')[1]]} stream" in str(
+                read_files([tmp_path / "z" / name], m).found
+            )
+        else:
+            assert z.encode() not in write(z) and counts["bytes"] == 1, (name, examples)
+    said = read_files([tmp_path / "z" / "b64.txt"], m).counts()[1]["bytes"]
+    assert said == "b64.txt: byte 0 (base64)", said
+    counts, examples, _ = read_files([tmp_path / "clean"], m).counts()
+    assert counts["bytes"] == 0, examples
 
 
 def test_z_kept_in_two_tables_is_named_in_both_not_only_the_first_read(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ def gate(serve: tuple[str, Path], forget: str, tmp_path: Path) -> dict[str, str]
     [
         ("sqlite-delete", "residue_disk==0"),  # DELETE without VACUUM: the free pages keep the bytes
         ("over-delete", "bystander==0"),  # another tenant's memories gone
+        ("cache", "residue_disk==0"),  # a gzip cache beside its store that it never names keeps z
         pytest.param(
             "hide-dump", "residue_disk==0", marks=pytest.mark.slow
         ),  # the file keeps what the dump hides
@@ -74,6 +75,24 @@ def test_a_bad_forget_fails_on_the_fact_that_names_what_it_kept_or_lost(
 ) -> None:
     got = gate(serve, forget, tmp_path)
     assert got[fails] == "failed", got
+
+
+def test_a_file_the_agent_writes_and_does_not_name_is_read_and_named_in_the_summary_and_receipt(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    from eu_audit.audits.evidence import limits
+
+    url, control = serve
+    argv = [sys.executable, str(AGENT), "--forget", "cache", "--data", str(tmp_path / "data")]
+    with http_process(argv, env={"OPENAI_BASE_URL": url + "/v1"}) as agent:
+        out = tmp_path / "bb.jsonl"
+        record_agent(AgentRecordOptions(agent=agent, serve=url, serve_control=control, n=1, k=1, out=out))
+    rep = audit(out, AuditOptions())
+    said = "\n".join(summary_lines(rep))
+    assert "eu-audit also read files it wrote and did not name: text-cache.json.gz" in said, said
+    agent_state = next(s for s in rep.states if s.method == "agent")
+    assert "in a gzip stream" in agent_state.residue.disk_examples["bytes"], agent_state.residue.disk_examples
+    assert any("did not name" in line and "text-cache.json.gz" in line for line in limits(rep))
 
 
 def test_a_forget_that_deletes_and_vacuums_holds_every_residue_fact_against_a_control_that_kept_z(

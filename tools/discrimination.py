@@ -50,6 +50,9 @@ AGENTS = (
     KnownAgent("hide-dump", "bad", "known-truth", "hide-dump", "keeps the memory, leaves it out of its dump"),
     KnownAgent("over-delete", "bad", "known-truth", "over-delete", "removes every tenant's memories"),
     KnownAgent("sqlite-delete", "bad", "known-truth", "sqlite-delete", "SQLite DELETE, no VACUUM"),
+    KnownAgent(
+        "cache", "bad", "known-truth", "cache", "removes, keeps every text in a gzip cache it does not name"
+    ),
 )
 #: what a gate must answer for each truth
 EXPECTED = {"good": 0, "bad": 1}

@@ -433,6 +433,16 @@ def limits(report: AuditReport) -> list[str]:
             "that model calls bypassing eu-audit serve were clean (residue_context saw only the calls "
             "through serve)"
         )
+        out.append(
+            "that files the agent wrote outside its working directory and keeps closed are clean (eu-audit "
+            "read the files it named, and on Linux those its processes held open or wrote under their "
+            "working directory)"
+        )
+        undeclared = sorted({f for s in report.states if s.residue for f in s.residue.disk_undeclared})
+        if undeclared:
+            out.append(
+                f"that the agent names every file it keeps: it did not name {', '.join(undeclared[:5])}"
+            )
     out.append("that other targets, sessions or data than the audited ones were forgotten")
     n = len({s.session_id for s in report.states})
     out.append(f"anything beyond the {n} session(s) audited (see each rule's n and bound)")

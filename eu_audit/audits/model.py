@@ -90,6 +90,7 @@ class StateResidue(_SetFieldsOnly):
     disk_example: str = ""
     disk_examples: dict[str, str] = Field(default_factory=dict)  # one place per disk channel
     disk_unread: dict[str, str] = Field(default_factory=dict)  # file -> why it was not measured
+    disk_undeclared: list[str] = Field(default_factory=list)  # files read the agent did not name
     after: dict[str, RecheckOutcome] = Field(default_factory=dict)  # event -> outcome, in run order
     control_key: str = ""  # the key that marked the requests counted as post-forget
 

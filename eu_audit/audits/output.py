@@ -7,6 +7,7 @@ metrics are columns, and each suite is a section of rows. The Markdown report ha
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -418,6 +419,12 @@ def residue_lines(report: AuditReport) -> list[str]:
             kept = sorted(store.items(), key=lambda kv: -kv[1])
             where = ", ".join(f"store.{k} ({v} items)" for k, v in kept)
             lines.append(f"{method}: its store dump still holds z in: {where}; e.g. {example!r}")
+        undeclared = sorted({Path(f).name for s in states for f in s.residue.disk_undeclared})
+        if undeclared:  # read with the files it named, and said: a store it never listed
+            shown = ", ".join(undeclared[:5]) + (
+                f" and {len(undeclared) - 5} more" if len(undeclared) > 5 else ""
+            )
+            lines.append(f"{method}: eu-audit also read files it wrote and did not name: {shown}")
         lines += recheck_lines(method, states)
     return lines
 

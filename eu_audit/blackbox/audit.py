@@ -76,6 +76,7 @@ def agent_state(trace: SessionTrace, caps: dict[str, object]) -> StateAudit:
             st.residue.disk_example = f"[{where[0]}] {where[1]}" if where else ""
             st.residue.disk_examples = dict(first.disk_examples)  # one place per channel (disk.<tier>)
             st.residue.disk_unread = first.disk_unread
+            st.residue.disk_undeclared = list(first.disk_undeclared)
         if len(trace.residues) > 1:
             # "came back": held after an event while no check right after the forget held it (the first
             # check, and the dump taken at once where --recheck at-once ran); never said of at-once itself

@@ -56,6 +56,7 @@ from eu_audit.blackbox.tamper import (
     Tenant,
     find_tampering,
 )
+from eu_audit.blackbox.undeclared import UndeclaredFiles
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step
@@ -118,9 +119,11 @@ def run_tenant(
     tenant: str,
     fed: list[tuple[float, str]] | None = None,
     disks: dict[str, DiskReport] | None = None,
+    undeclared: UndeclaredFiles | None = None,
 ) -> tuple[SessionTrace, list[SkippedStep]]:
     sid = session_id_of(index)
     d = Driver(agent, caps, serve, outbox, ep, opts, f"{sid}/{method}", world, tenant, fed)
+    d.undeclared = undeclared
     # marked before the agent hears of the tenant: on a lane, this opens it
     serve.mark(tenant=tenant, phase="stream")
     d.start()
@@ -272,6 +275,19 @@ def _unattributed(entries: list[dict[str, Any]], tenants: set[str]) -> int:
     )
 
 
+def _refuse_root_calls(
+    entries: list[dict[str, Any]], tenants: set[str], opts: AgentRecordOptions, serve: ServeControl
+) -> None:
+    """Tenants driven at the same time are told apart by their lanes only: a call on the root fails."""
+    stray = _unattributed(entries, tenants) if opts.concurrency > 1 else 0
+    if stray:
+        raise AgentFailed(
+            f"the agent sent {stray} model call(s) to serve's root URL ({serve.url}/v1/...) while "
+            "tenants ran at the same time: no tenant can be held to them. It must send each "
+            "tenant's calls to the model_base_url it was started with"
+        )
+
+
 def _in_random_order(jobs: list[tuple[int, Episode, str, World]]) -> list[tuple[int, Episode, str, World]]:
     """Each session's tenants in an order no one can predict (the agent, the reference and the control
     look alike from outside: opaque names, and no fixed place in the run), sessions in their order."""
@@ -370,6 +386,9 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     lanes: dict[str, tuple[str, str]] = {}
     disks: dict[str, DiskReport] = {}  # tenant -> what eu-audit read in its files
     counter = ProgressCounter(len(canonical), progress)
+    # files the agent writes and does not name: looked for where the OS tells whose they are (the bundle
+    # and its state are the harness's own)
+    undeclared = UndeclaredFiles.of(opts.agent, exclude=(str(out), str(state_dir)))
 
     def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
         i, ep, method, world = job
@@ -378,20 +397,16 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
             lanes[lane.lane] = (session_id_of(i), method)
         name = names[(i, method)]
         fed = tenants[name].fed
-        trace, _ = run_tenant(agent, caps, lane, outbox, ep, opts, i, method, world, name, fed, disks)
+        trace, _ = run_tenant(
+            agent, caps, lane, outbox, ep, opts, i, method, world, name, fed, disks, undeclared
+        )
         counter.tick(f"{trace.session.parent_session} {method} {ep.id}")
         return trace
 
     try:
         driven = _drive_all(_in_random_order(canonical), drive_one, opts)
         entries, digest = serve.log(start_seq)
-        stray = _unattributed(entries, set(tenants)) if opts.concurrency > 1 else 0
-        if stray:
-            raise AgentFailed(
-                f"the agent sent {stray} model call(s) to serve's root URL ({serve.url}/v1/...) while "
-                "tenants ran at the same time: no tenant can be held to them. It must send each "
-                "tenant's calls to the model_base_url it was started with"
-            )
+        _refuse_root_calls(entries, set(tenants), opts, serve)
     except BaseException:
         outbox.close()
         if made_state and not opts.keep_state:

@@ -27,6 +27,7 @@ from eu_audit.blackbox.options import AgentRecordOptions, ProbeKind
 from eu_audit.blackbox.recheck import at_forget, lacking, recheck, tool_refusal
 from eu_audit.blackbox.residue import snippet, store_residue
 from eu_audit.blackbox.serve_control import ServeControl
+from eu_audit.blackbox.undeclared import UndeclaredFiles
 from eu_audit.episodes import Episode, Step, StepKind
 from eu_audit.errors import EuAuditError
 from eu_audit.matching import TargetMatcher
@@ -116,6 +117,8 @@ class Driver:
         self.log_from = serve.position() if serve.url and (caps.store_files or opts.store_paths) else 0
         self.after = False
         self.session = ""
+        self.undeclared: UndeclaredFiles | None = None  # the run's look for files the agent did not name
+        self.started = time.time()  # this tenant's window opens (a file written since is its doing)
 
     def _spec(self, name: str) -> OfferedTool:
         spec = self.toolset[name]
@@ -372,6 +375,8 @@ class Driver:
         paths = self.files()
         if not paths:
             return None
+        # what the agent wrote and did not name (Linux, an agent on this machine): read too, named apart
+        extra = self.undeclared.find(paths, self.started) if self.undeclared is not None else []
         entries, _ = self.serve.log(self.log_from) if self.serve.url else ([], "")
         embedded = [
             text
@@ -381,7 +386,11 @@ class Driver:
             if self.matcher.found_in(text)
         ]
         embed = self.serve.embed if self.serve.url else None
-        return read_files(paths, self.matcher, embedded=embedded, embed=embed, tenant=self.tenant)
+        report = read_files(
+            [*paths, *extra], self.matcher, embedded=embedded, embed=embed, tenant=self.tenant
+        )
+        report.undeclared = extra
+        return report
 
     def probe_session(self, what: str) -> tuple[str, Literal["fork", "fresh session"]]:
         if self.caps.fork:

@@ -12,7 +12,9 @@ contract, or ``record --agent --store-path``) and counts, per tenant, four chann
   applied, so the agent's files are never changed);
 - ``orphans``: rows whose declared parent (a foreign key) is gone: what a cascade should have removed;
 - ``bytes``: places in the raw bytes of every file (main database, ``-wal``, ``-journal``, any other file)
-  that hold z, live or deleted, named by file and page: "logically deleted, physically present";
+  that hold z, live or deleted, named by file and page: "logically deleted, physically present"; z's
+  exact bytes, and z as an agent may have written it (escaped, NFD, wrapped, base64, in a gzip, zlib or
+  zstd stream: ``file_text``), the form named beside the place;
 - ``vectors``: stored vectors (a BLOB of float32 of the embedder's width) within cosine ``VECTOR_MATCH`` of
   the embedding of a text holding z that the agent itself embedded through serve's ``/v1/embeddings``
   (serve logs those inputs), or of z itself: "an embedding of z remains", named by table and row.
@@ -34,6 +36,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
+from eu_audit.blackbox.file_text import blob_text, compressed_places, text_places
 from eu_audit.matching import TargetMatcher
 from eu_audit.tiers import DISK_TIERS
 from eu_audit.trace.records import AGENT_METHOD
@@ -68,6 +71,8 @@ class DiskReport:
     read: list[str] = field(default_factory=list)
     unread: dict[str, str] = field(default_factory=dict)
     tenant: str = ""
+    #: files among those read that the agent wrote and did not name (``undeclared``)
+    undeclared: list[str] = field(default_factory=list)
 
     def add(self, tier: str, file: str, where: str, n: int = 1, own: bool = False) -> None:
         self.found.append(Found(tier, file, where[:300], n, own))
@@ -137,12 +142,11 @@ def _copy(db: Path, into: Path) -> list[Path]:
 
 
 def _text_of(value: Any) -> str | None:
-    """A cell's text: a string, or a BLOB's bytes read as UTF-8 (serialized records, msgpack and JSON
-    blobs keep their strings as UTF-8 runs among other bytes)."""
+    """A cell's text: a string, or a BLOB's (``file_text.blob_text``: opened where compressed)."""
     if isinstance(value, str):
         return value
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+        return blob_text(value)
     return None
 
 
@@ -247,14 +251,19 @@ def _bytes(
             return f"byte {at}"
         return f"{name.name}, byte {at}"
 
+    exact: set[int] = set()
     for text in needles:
         for form in {text, text.lower(), text.upper(), text.title()}:
             for enc in ("utf-8", "utf-16-le", "utf-16-be"):
                 pat = form.encode(enc)
                 at = raw.find(pat)
                 while at >= 0:
+                    exact.add(at)
                     report.add("bytes", file, place(at))
                     at = raw.find(pat, at + len(pat))
+    # z as the agent may have written it: escaped, NFD, wrapped, encoded, compressed (file_text)
+    for at, how in [*text_places(raw, matcher, exact), *compressed_places(raw, matcher)]:
+        report.add("bytes", file, f"{place(at)} ({how})")
 
 
 def _page_size(db: Path) -> int:
@@ -350,5 +359,6 @@ def attach_disks(
             "disk_examples": examples,
             "disk_unread": unread,
             "disk_files": len(mine.read),
+            "disk_undeclared": list(mine.undeclared),
         }
         trace.residues[0] = trace.residues[0].model_copy(update=update)

@@ -456,12 +456,15 @@ def files_cell(r: Any) -> Text:
     if r is None or r.disk is None:
         return Text("not read (no files named)")
     held = {k: n for k, n in r.disk.items() if n}
+    undeclared = getattr(r, "disk_undeclared", [])
+    also = f"; {len(undeclared)} it did not name" if undeclared else ""
     if held:
         first = next(iter(held))
         where = r.disk_examples.get(first, "")
-        return Text(f"{sum(held.values())} ({', '.join(held)}" + (f": {where[:80]}" if where else "") + ")")
+        said = f"{sum(held.values())} ({', '.join(held)}" + (f": {where[:80]}" if where else "") + ")"
+        return Text(said + also)
     unread = f"; {len(r.disk_unread)} unread" if r.disk_unread else ""
-    return Text(f"0 of {r.disk_files or 0} file(s){unread}")
+    return Text(f"0 of {r.disk_files or 0} file(s){unread}{also}")
 
 
 def recheck_cell(records: list[Any]) -> str:

@@ -327,6 +327,8 @@ class ResidueRecord(_Record):
     disk_examples: dict[str, str] = Field(default_factory=dict)
     disk_unread: dict[str, str] = Field(default_factory=dict)  # file -> why it was not measured
     disk_files: int | None = None  # files read
+    #: files read that the agent wrote and did not name (``eu_audit.blackbox.undeclared``)
+    disk_undeclared: list[str] = Field(default_factory=list)
     #: the bystander tenant's memories (``eu_audit.blackbox.bystander``) and how many of them the agent's
     #: forget lost (None: not measured: the agent lacks memory_inject or store_dump)
     bystander_records: int | None = None

@@ -10,6 +10,8 @@ construction. A gate must pass the good ones (exit 0) and fail the bad ones (exi
                          the file does not)
     bad   over-delete    removes the target's memories and every other tenant's too (a bystander loses)
     bad   sqlite-delete  memories in SQLite: DELETE without VACUUM (free pages keep the bytes)
+    bad   cache          removes, but every text it ever stored stays in a gzip cache beside its store that
+                         it never prunes and never names in ``files`` (an undeclared file)
 
     OPENAI_BASE_URL=http://127.0.0.1:8088/v1 \\
         python examples/agents/known-truth/agent.py --forget audit-log --port 9011 --data /tmp/kt
@@ -17,6 +19,7 @@ construction. A gate must pass the good ones (exit 0) and fail the bad ones (exi
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import sqlite3
@@ -42,6 +45,7 @@ FORGETS: dict[str, tuple[str, str]] = {
     "hide-dump": ("bad", "keeps the memory, and leaves it out of its dump"),
     "over-delete": ("bad", "removes every tenant's memories"),
     "sqlite-delete": ("bad", "memories in SQLite: DELETE without VACUUM"),
+    "cache": ("bad", "removes, and keeps every text in a gzip cache it does not name"),
 }
 
 
@@ -70,6 +74,8 @@ class KnownTruthAgent(minimal.MinimalAgent):  # type: ignore[misc,name-defined]
         return self.memories[tenant]  # type: ignore[no-any-return]
 
     def save(self, tenant: str) -> None:
+        if self.mode == "cache":
+            self.remember(tenant)
         if not self.sqlite:
             return super().save(tenant)  # type: ignore[no-any-return]
         self.save_sessions(tenant)
@@ -82,6 +88,18 @@ class KnownTruthAgent(minimal.MinimalAgent):  # type: ignore[misc,name-defined]
         if self.mode == "sqlite-vacuum":
             con.execute("VACUUM")  # rewrites the file: no free page keeps a deleted row's bytes
         con.close()
+
+    def remember(self, tenant: str) -> None:
+        """Every text the tenant's store ever held, gzip'd beside the store: never pruned, never named."""
+        self.folder(tenant).mkdir(parents=True, exist_ok=True)
+        cache = self.folder(tenant) / "text-cache.json.gz"
+        seen: list[str] = json.loads(gzip.decompress(cache.read_bytes())) if cache.exists() else []
+        texts = [str(m["text"]) for m in self.memories_of(tenant)]
+        for session in self.sessions.values():
+            if session["tenant"] == tenant:
+                texts += [json.dumps(m) for m in session["messages"]]
+        seen += [t for t in texts if t not in seen]
+        cache.write_bytes(gzip.compress(json.dumps(seen).encode()))
 
     def audit_file(self, tenant: str) -> Path:
         return self.folder(tenant) / "forget-audit.jsonl"
@@ -97,7 +115,7 @@ class KnownTruthAgent(minimal.MinimalAgent):  # type: ignore[misc,name-defined]
         return lambda item: any(n in norm(json.dumps(item, ensure_ascii=False)) for n in found)
 
     def forget(self, tenant: str, body: ForgetRequest) -> dict[str, Any]:
-        if self.mode in ("remove", "none", "sqlite-vacuum", "sqlite-delete"):
+        if self.mode in ("remove", "none", "sqlite-vacuum", "sqlite-delete", "cache"):
             return super().forget(tenant, body)  # type: ignore[no-any-return]
         carries = self.carrier(body)
         kept = list(self.memories_of(tenant))
