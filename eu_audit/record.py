@@ -8,6 +8,7 @@ import queue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from eu_audit import __version__
 from eu_audit.bundle.io import write_bundle
@@ -131,6 +132,39 @@ def _concurrently(
     return in_job_order(sessions, task, workers, name="eu-audit-session")
 
 
+class _Interrupted(Exception):
+    def __init__(self, done: list[SessionTrace]) -> None:
+        self.done = done
+
+
+def _one_by_one(
+    sessions: Sequence[PlannedSession],
+    engine: KVEngine,
+    run_one: Callable[[PlannedSession, KVEngine], SessionTrace],
+) -> list[SessionTrace]:
+    """Sessions one after another; an interruption (^C, SIGTERM) is raised with the ones done."""
+    done: list[SessionTrace] = []
+    try:
+        for planned in sessions:
+            done.append(run_one(planned, engine))
+    except KeyboardInterrupt as exc:
+        raise _Interrupted(done) from exc
+    return done
+
+
+def _keep_partial(done: list[SessionTrace], planned: int, header: Header, out: Path) -> NoReturn:
+    """An interrupted run's finished sessions written as a bundle whose header says it was interrupted
+    (``engine_facts.interrupted``, which the audit summary repeats), then the run fails (exit 3)."""
+    if not done:
+        raise RunFailed("interrupted before the first session was recorded; nothing was written")
+    header.engine_facts["interrupted"] = f"after {len(done)} of {planned} session(s)"
+    write_bundle(out, Bundle(header=header, sessions=done, path=out).records())
+    raise RunFailed(
+        f"interrupted after {len(done)} of {planned} session(s): those are in {out}, its header marked "
+        "interrupted (an audit of it says so); record again with --force for the whole run"
+    )
+
+
 def record(
     opts: RecordOptions,
     progress: Progress | None = None,
@@ -182,17 +216,23 @@ def record(
         trace.session.index = planned.index
         return trace
 
+    def header_now() -> Header:  # after the sessions ran (a served engine's facts are read then)
+        header = make_header(engine, chat.name, opts, policy_for(plan.episodes[0], opts))
+        if opts.shard:
+            header.engine_facts["shard"] = str(opts.shard)
+        return header
+
     try:
         if opts.concurrency > 1:
             sessions = _concurrently(plan.sessions, engine, opts.concurrency, run_one)
         else:
-            sessions = [run_one(planned, engine) for planned in plan.sessions]
+            sessions = _one_by_one(plan.sessions, engine, run_one)
+    except _Interrupted as exc:  # ^C or SIGTERM: the sessions recorded so far are kept, marked so
+        _keep_partial(exc.done, len(plan.sessions), header_now(), out)
     finally:
         memory.close()
         outbox.close()
-    header = make_header(engine, chat.name, opts, policy_for(plan.episodes[0], opts))
-    if opts.shard:
-        header.engine_facts["shard"] = str(opts.shard)
+    header = header_now()
     bundle = Bundle(header=header, sessions=sessions, path=out)
     write_bundle(out, bundle.records())
     sidecar = None

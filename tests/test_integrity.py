@@ -396,6 +396,35 @@ def test_sigterm_unwinds_like_an_interrupt() -> None:
         signal.signal(signal.SIGTERM, before)
 
 
+#: how long the SIGTERM test lets record run: some of 40 sessions, not all
+SESSIONS_S = 15
+
+
+def test_record_stops_within_5_s_of_sigterm_exit_3_keeping_the_sessions_it_finished(tmp_path: Path) -> None:
+    """A kill is never a success (typer returns 130 for it, which once left the CLI as exit 0), and the
+    sessions recorded before it are a valid bundle whose header and audit say it was interrupted."""
+    out = tmp_path / "b.jsonl"
+    argv = [str(Path(sys.executable).parent / "eu-audit"), "record", "--model", TINY_MODEL, "--engine", "hf"]
+    argv += ["--suite", "builtin", "--n", "40", "--out", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state = Path(str(out) + ".state")
+    deadline = time.monotonic() + 120
+    while not state.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)  # the model is loaded and the run has begun
+    time.sleep(SESSIONS_S)  # a few of the tiny model's sessions (about 2 s each)
+    assert proc.poll() is None, proc.communicate()
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, said = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert proc.returncode == 3 and took < 5, (proc.returncode, took, said[-1500:])
+    assert "interrupted after" in said, said[-1500:]
+    bundle = read_bundle(out)  # valid: every line read and checked
+    assert bundle.sessions and len(bundle.sessions) < 40
+    assert bundle.header.engine_facts["interrupted"].startswith(f"after {len(bundle.sessions)} of 40")
+    assert out.stat().st_mode & 0o777 == 0o600
+
+
 def test_an_altered_or_truncated_model_cache_is_rebuilt_never_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

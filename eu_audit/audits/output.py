@@ -204,6 +204,9 @@ def summary_lines(report: AuditReport) -> list[str]:
             + Stop(stopped["n"], stopped["max_n"], stopped["why"], stopped["early"]).sentence()
             + "."
         )
+    interrupted = report.engine_facts.get("interrupted")
+    if interrupted:  # record was stopped (^C, SIGTERM) and kept the sessions it had finished
+        lines.append(f"The recording was interrupted {interrupted}: this audit is of those only.")
     lines += tamper_lines(report) + forget_lines(report)
     hint = report.engine_facts.get("forget_hint")
     if hint:

@@ -189,6 +189,10 @@ def _reflow_commands(typer_app: typer.Typer) -> None:
             _reflow_commands(group.typer_instance)
 
 
+#: the code typer returns (not raises) for a KeyboardInterrupt when not in standalone mode
+INTERRUPTED = 130
+
+
 def main() -> None:
     """Run the CLI under the one exit-code contract: 0 ok, 1 a gate failed, 2 bad input, 3 run failed,
     4 a gate is inconclusive.
@@ -211,4 +215,10 @@ def main() -> None:
             exc.show()
             sys.exit(2)
         fail(exc, f"the run failed: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 3)
-    sys.exit(rc if isinstance(rc, int) and rc in EXIT_CODES else 0)
+    if rc == INTERRUPTED:  # typer turns ^C and SIGTERM into this code: never a success, never a verdict
+        fail(
+            KeyboardInterrupt(),
+            "interrupted; outputs are written atomically, so nothing half-written was left",
+            3,
+        )
+    sys.exit(0 if rc is None else rc if isinstance(rc, int) and rc in EXIT_CODES else 3)
