@@ -186,3 +186,52 @@ def test_the_minimal_example_agent_serves_the_contract_and_its_forget_leaves_not
         assert paths and not any("Linden" in Path(p).read_text() for p in paths)
         assert httpx.post(api + f"/sessions/{sid}/fork").json()["session_id"] != sid
         assert httpx.post(api + "/sessions/nosuch/fork").status_code == 404
+
+
+def test_an_agent_on_anthropics_sdk_is_gated_through_the_messages_api_at_the_sdks_defaults(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """examples/agents/anthropic-sdk: ``anthropic.Anthropic().messages.create`` as a team using Claude
+    writes it, only its base URL on serve. Every model call of every tenant arrives on /v1/messages, is
+    attributed to its lane, and its residue is read from the request like any other; its forget keeps
+    tool_use and tool_result paired, and leaves nothing its dump or its files show."""
+    from eu_audit.audit import AuditOptions, audit
+    from eu_audit.audits.gate import evaluate
+    from eu_audit.models import TINY_MODEL
+
+    folder = tmp_path_factory.mktemp("serve-tiny")
+    control, log = folder / "serve.control", folder / "serve.jsonl"
+    args = [
+        "serve",
+        "--model",
+        TINY_MODEL,
+        "--engine",
+        "hf",
+        "--control-file",
+        str(control),
+        "--log",
+        str(log),
+    ]
+    script = EXAMPLES / "anthropic-sdk" / "agent.py"
+    with (
+        cli_server(*args, "--max-tokens", "8") as url,
+        http_process([sys.executable, str(script), "--data", str(tmp_path / "data")], env={}) as agent,
+    ):
+        proc = run_cli(
+            "record", "--agent", agent, "--same-user-ok", "--serve", url, "--serve-control", str(control),
+            "--suite", "builtin", "--n", "1", "--k", "1", "-o", str(tmp_path / "b.jsonl"),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = [json.loads(x) for x in log.read_text().splitlines()]
+    # every generation (the embeddings are eu-audit's own, for its read of the agent's files)
+    model_calls = [c for c in calls if c["endpoint"] not in ("/v1/models", "/v1/embeddings")]
+    model_calls = [c for c in model_calls if c["endpoint"].startswith("/v1/")]
+    assert model_calls and {c["endpoint"] for c in model_calls} == {"/v1/messages"}
+    assert all(c.get("lane") and c.get("mark") for c in model_calls)
+    rep = audit(tmp_path / "b.jsonl", AuditOptions())
+    got = {g.rule: g.outcome for g in evaluate(rep, ["agent.residue_store==0", "agent.residue_disk==0"])}
+    assert got == {"agent.residue_store==0": "held", "agent.residue_disk==0": "held"}, got
+    residues = [
+        json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines() if '"type":"residue"' in x
+    ]
+    assert all(r["context_calls"] for r in residues)  # every tenant's requests after the forget were read
