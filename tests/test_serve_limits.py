@@ -327,6 +327,36 @@ def test_proxy_mode_forwards_only_allowed_fields_and_never_echoes_the_upstreams_
     assert status == 502 and "sk-secret" not in json.dumps(got) and "401" in got["error"]["message"]
 
 
+def test_proxy_mode_answers_the_responses_and_messages_apis_through_the_upstreams_chat(
+    tmp_path: Path,
+) -> None:
+    """An agent on the Responses or the Messages API is gated against an upstream model too: its request is
+    forwarded as the chat request it means (pinned decoding, logged in the chat shape) and the upstream's
+    chat answer comes back in the agent's API's shape."""
+    httpd = HTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{httpd.server_address[1]}"
+    _Upstream.seen.clear()
+    log = tmp_path / "log.jsonl"
+    try:
+        with cli_server(
+            "serve", "--upstream", upstream, "--control-file", str(tmp_path / "c"), "--log", str(log)
+        ) as url:
+            said = {"model": "m", "max_tokens": 5, "system": "be brief", "messages": HI}
+            msg = call(url, "/v1/messages", said)
+            resp = call(url, "/v1/responses", {"model": "m", "instructions": "be brief", "input": "hello"})
+    finally:
+        httpd.shutdown()
+    assert msg[0] == 200 and msg[1]["type"] == "message" and msg[1]["content"][0]["text"] == "ok", msg
+    assert resp[0] == 200 and resp[1]["output"][0]["content"][0]["text"] == "ok", resp
+    sent = _Upstream.seen
+    assert [m["role"] for m in sent[0]["messages"]] == ["system", "user"]
+    assert sent[0]["messages"][0]["content"] == "be brief" and sent[0]["temperature"] == 0.0
+    assert sent[1]["messages"][-1]["content"] == "hello"
+    logged = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [e["endpoint"] for e in logged if e.get("reply")] == ["/v1/messages", "/v1/responses"]
+
+
 def test_a_whole_call_deadline_holds_against_an_answer_dripped_a_byte_at_a_time() -> None:
     class Drip(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

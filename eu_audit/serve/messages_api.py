@@ -153,7 +153,7 @@ def message_object(chat: dict[str, Any]) -> dict[str, Any]:
         "role": "assistant",
         "model": chat.get("model"),
         "content": content,
-        "stop_reason": STOP_REASONS.get(choice["finish_reason"], "end_turn"),
+        "stop_reason": STOP_REASONS.get(choice.get("finish_reason") or "stop", "end_turn"),
         "stop_sequence": None,
         "usage": {
             "input_tokens": usage.get("prompt_tokens", 0),

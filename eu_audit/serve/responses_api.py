@@ -183,7 +183,7 @@ def response_object(chat: dict[str, Any], req: ResponsesRequest) -> dict[str, An
         output.append(item | {"name": fn["name"], "arguments": fn["arguments"], "status": "completed"})
     usage = chat.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-    cut = choice["finish_reason"] == "length"
+    cut = choice.get("finish_reason") == "length"  # an upstream may leave it out
     return {
         "id": rid,
         "object": "response",

@@ -214,10 +214,9 @@ class Routes(Surface):
         return self.backend.upstream is not None
 
     def _as_chat(self, endpoint: str, body: dict[str, Any]) -> ChatRequest:
-        """Another API's request as the chat request it means (refused in proxy mode: forwarded as chat,
-        a provider of that API's kind would be answered in the wrong shape)."""
-        if self._proxy:
-            raise Refused(400, f"{endpoint}: serve --upstream forwards /v1/chat/completions only")
+        """Another API's request as the chat request it means: answered by the local model, or in proxy
+        mode forwarded as that chat request to the upstream (an OpenAI-compatible endpoint, as
+        ``--upstream`` requires) and its answer translated back."""
         try:
             return ChatRequest.model_validate(body)
         except ValidationError as exc:
