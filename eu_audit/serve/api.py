@@ -44,6 +44,8 @@ class Limits:
     #: prefill each message in pieces of this many tokens (0: whole, up to the engine's micro-batch), so a
     #: prompt whose first message changes only at its end (a timestamp) reuses its unchanged pieces
     piece_tokens: int = 0
+    #: answers of identical greedy requests kept for reuse (``eu_audit.serve.reuse``); 0 decodes each anew
+    reuse_answers: int = 4096
 
 
 # -- control (harness only) ---------------------------------------------------------------------------
@@ -265,6 +267,9 @@ class LogEntry(BaseModel):
     #: sha256 of the prompt the engine received, rendered by its chat template (token ids, segment by
     #: segment): two calls with the same digest sent the model the same prompt
     prompt_digest: str | None = None
+    #: the answer of an identical greedy request served before, given again, not decoded again
+    #: (``eu_audit.serve.reuse``): the same tokens a decoding would give
+    reused: bool | None = None
     tool_choice: str | None = None  # "required" or a function's name: the reply was opened as a call to it
     #: what the reply was held to token by token: "json_object", "json_schema NAME" (its response_format),
     #: "arguments of NAME" (a forced call's parameters); or why a format asked for was not enforced

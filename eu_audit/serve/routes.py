@@ -291,10 +291,7 @@ class Routes(Surface):
             constraint = hold(b.structured, shape, call.log)
         except BadInput as exc:
             raise Refused(400, str(exc)) from None
-        ids, cached, prompt_n, finish = b.generate(
-            segs, budget, sampling, call.stop_early, call.deadline, call.lane_name, constraint
-        )
-        finish = call.finish(finish)
+        ids, cached, prompt_n, finish = self._decode(segs, budget, sampling, constraint, bool(forced), call)
         body = forced + ids
         # a JSON reply is content, whatever keys it has; it never holds a call's markup
         as_json = constraint is not None and not name
@@ -321,6 +318,31 @@ class Routes(Surface):
             "choices": [choice],
             "usage": usage,
         }
+
+    def _decode(
+        self,
+        segs: list[list[int]],
+        budget: int,
+        sampling: Sampling,
+        constraint: Any,
+        forced: bool,
+        call: Call,
+    ) -> tuple[list[int], int, int, str]:
+        """(ids, cached, prompt tokens, finish) of a chat request: decoded, or the answer of an identical
+        greedy request served before (``serve.reuse``; never one held to a format or a forced call)."""
+        free = constraint is None and not forced
+        reuse = self.reuse.key(segs, budget, sampling, call.guard) if free else None
+        again = self.reuse.get(reuse)
+        if again is not None:
+            call.log["reused"] = True
+            ids, prompt_n, finish = again
+            return ids, prompt_n, prompt_n, call.finish(finish)
+        ids, cached, prompt_n, finish = self.backend.generate(
+            segs, budget, sampling, call.stop_early, call.deadline, call.lane_name, constraint
+        )
+        finish = call.finish(finish)  # raises where it did not end on its own terms: never kept
+        self.reuse.put(reuse, (ids, prompt_n, finish))
+        return ids, cached, prompt_n, finish
 
     def _prompt_segments(self, req: CompletionRequest) -> tuple[list[int], list[list[int]]]:
         prompt = req.prompt

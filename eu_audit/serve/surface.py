@@ -26,6 +26,7 @@ from eu_audit.serve.backend import Backend, Lane, PinnedDecoding, Refused
 from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, key_id
 from eu_audit.serve.log import RequestLog
 from eu_audit.serve.responses_api import Stored
+from eu_audit.serve.reuse import AnswerReuse
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -112,6 +113,7 @@ class Surface:
         self.started = time.time()
         self.stopping = threading.Event()  # set on SIGTERM / SIGINT: in-flight decoding ends
         self.stored = Stored()  # the Responses API's stored responses (previous_response_id), per lane
+        self.reuse = AnswerReuse(self.limits.reuse_answers)  # identical greedy requests answered once
 
     # -- plumbing ------------------------------------------------------------------------------
     async def _body(self, request: Any, deadline: float) -> bytes:
