@@ -15,3 +15,7 @@ TURN_MAX_TOKENS = 48
 TURN_TEMPERATURE = 0.0
 #: the weights' dtype on the engines that choose one (hf)
 DTYPE = "float32"
+#: the gates' one-sided significance level
+ALPHA = 0.05
+#: how close to the floor a method must be shown to be (a floor rule's upper bound)
+MARGIN = 0.1

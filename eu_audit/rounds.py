@@ -21,6 +21,7 @@ from eu_audit.audits.stopping import Stop, sessions_schedule, should_stop
 from eu_audit.blackbox.facts import AgentRunFacts, StoppedFacts
 from eu_audit.blackbox.options import AgentRecordOptions
 from eu_audit.bundle.io import read_bundle, write_bundle
+from eu_audit.defaults import ALPHA, MARGIN
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path
 from eu_audit.plan import RunPlan
@@ -35,8 +36,8 @@ class Gate:
 
     gate_sets: tuple[str, ...] = ("forget",)
     rules: tuple[str, ...] = ()
-    alpha: float = 0.05
-    margin: float = 0.1
+    alpha: float = ALPHA
+    margin: float = MARGIN
 
     def check(self) -> None:
         """Every set and rule known and well formed, before any agent runs (which methods and suites the

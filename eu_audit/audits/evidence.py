@@ -36,7 +36,6 @@ from eu_audit.matching import TargetMatcher
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-RESULT = {"held": "PASSED", "failed": "FAILED", "inconclusive": "WARNED", "insensitive": "WARNED"}
 
 
 def result_of(outcomes: Iterable[str]) -> str:

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from eu_audit import __version__
+from eu_audit.defaults import ALPHA
 from eu_audit.trace.records import Side, side_of
 
 #: the method whose state is the measured false-positive floor: the agent that never saw z
@@ -227,7 +228,7 @@ class AuditReport(BaseModel):
     k: int
     temperature: float
     margin: float
-    alpha: float = 0.05  # the gates' significance level (one-sided)
+    alpha: float = ALPHA  # the gates' significance level (one-sided)
     floor: bool = True  # measured against the B5 floor; without it, floor comparisons are not measured
     methods: list[str]
     suites: list[str]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from eu_audit.defaults import ANSWER_MAX_TOKENS, SAMPLE_TEMPERATURE, SAMPLES_K
+from eu_audit.defaults import ALPHA, ANSWER_MAX_TOKENS, MARGIN, SAMPLE_TEMPERATURE, SAMPLES_K
 
 
 @dataclass
@@ -19,8 +19,8 @@ class AuditOptions:
     k: int = SAMPLES_K
     temperature: float = SAMPLE_TEMPERATURE
     max_tokens: int = ANSWER_MAX_TOKENS
-    margin: float = 0.1
-    alpha: float = 0.05  # the gates' one-sided significance level
+    margin: float = MARGIN
+    alpha: float = ALPHA  # the gates' one-sided significance level
     seed: int = 0
     unlearned_out: Path | None = None
     serving: bool = False  # also measure serving-layer residue (a served engine's prefix cache)

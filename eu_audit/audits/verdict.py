@@ -41,8 +41,6 @@ from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 from eu_audit.audits.rules import EQUALITY, OPS, RuleLike, other_method, value_of
 from eu_audit.engines.base import is_exact  # engines whose replays are exact: equal states are a fact
 
-DEFAULT_ALPHA = 0.05
-DEFAULT_MARGIN = 0.1
 MAX_N = 100_000
 
 

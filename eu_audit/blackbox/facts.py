@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from eu_audit.blackbox.contract import API_VERSION, Capabilities
+from eu_audit.defaults import SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.errors import BadInput
 
 
@@ -43,8 +44,8 @@ class AgentRunFacts(BaseModel):
     serve_control_key: str = ""  # the key whose marks say which requests were post-forget
     forget_hint: str = ""  # what the forget request carried (source text; its sanitized text with --hint)
     shard: str | None = None
-    k: int = Field(5, ge=1)  # samples of the task probe per state
-    temperature: float = Field(0.7, ge=0.0)
+    k: int = Field(SAMPLES_K, ge=1)  # samples of the task probe per state
+    temperature: float = Field(SAMPLE_TEMPERATURE, ge=0.0)
     concurrency: int = Field(1, ge=1)  # tenants driven at the same time (each on its own lane)
     merged_from: list[str] = Field(default_factory=list)  # the shard bundles ``eu-audit merge`` joined
     stopped: StoppedFacts | None = None  # a run in rounds: where it stopped, and why

@@ -23,7 +23,7 @@ from eu_audit.cli.app import (
     progress_bar,
     say,
 )
-from eu_audit.defaults import ANSWER_MAX_TOKENS, SAMPLE_TEMPERATURE, SAMPLES_K
+from eu_audit.defaults import ALPHA, ANSWER_MAX_TOKENS, MARGIN, SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.errors import BadInput
 from eu_audit.shards import Shard
 
@@ -149,8 +149,8 @@ def audit_command(
     k: AuditK = SAMPLES_K,
     temperature: AuditTemperature = SAMPLE_TEMPERATURE,
     max_tokens: AuditMaxTokens = ANSWER_MAX_TOKENS,
-    margin: AuditMargin = 0.1,
-    alpha: AuditAlpha = 0.05,
+    margin: AuditMargin = MARGIN,
+    alpha: AuditAlpha = ALPHA,
     on_inconclusive: AuditOnInconclusive = "fail",
     on_insensitive: AuditOnInsensitive = "fail",
     seed: AuditSeed = 0,

@@ -15,6 +15,7 @@ from eu_audit.cli.app import (
     out,
     say,
 )
+from eu_audit.defaults import ALPHA, MARGIN
 from eu_audit.errors import BadInput
 
 
@@ -40,8 +41,8 @@ def power(
             "forget as good as the reference); prints the n a 0/1 floor rule needs to hold.",
         ),
     ] = None,
-    margin: Annotated[float, typer.Option(min=0.0, help="The gate's margin.")] = 0.1,
-    alpha: Annotated[float, typer.Option(min=0.0001, max=0.5, help="The gate's one-sided alpha.")] = 0.05,
+    margin: Annotated[float, typer.Option(min=0.0, help="The gate's margin.")] = MARGIN,
+    alpha: Annotated[float, typer.Option(min=0.0001, max=0.5, help="The gate's one-sided alpha.")] = ALPHA,
     chance: Annotated[
         float,
         typer.Option(
