@@ -109,25 +109,19 @@ def test_a_hostile_agent_that_keeps_z_never_passes_whatever_route_it_tries(
             assert "no tampering" in said and "no tampering" in (tmp_path / "j.xml").read_text()
 
 
-def test_an_agent_that_sends_z_base64_encoded_fails_naming_the_encoding(serve: str, tmp_path: Path) -> None:
+def test_an_agent_that_sends_z_base64_encoded_fails_naming_it_and_serves_log_names_no_role(
+    serve: str, tmp_path: Path
+) -> None:
     rc, said, report = _gate(serve, "base64", 1, tmp_path, cli=False)
     assert rc == 1, f"exit {rc}\n{said[-3000:]}"
     failed = {g["rule"]: g for g in report["gates"] if g["outcome"] == "failed"}
     assert "agent.residue_context==0" in failed, report["gates"]
     # the example names the encoding, and shows the decoded text masked, never the encoded z
     assert "sent as base64" in json.dumps(report), report["states"]
-
-
-def test_serves_log_names_no_role_and_no_session_only_opaque_tenants(serve: str, tmp_path: Path) -> None:
-    """serve's log is a file an agent of the harness's user could read: its marks say which tenant (an
-    opaque name) and which phase, never which tenant is the reference or the control."""
-    rc, said, _ = _gate(serve, "reference-lane", 3, tmp_path, cli=False)
-    assert rc in (1, 3), said
-    marks = [json.loads(x).get("mark") for x in LOG[serve].read_text().splitlines()]
-    marks = [m for m in marks if m]
+    # serve's log is a file an agent of the harness's user could read: its marks say which tenant (an
+    # opaque name) and which phase, never which tenant is the reference or the control, nor a session
+    marks = [m for m in (json.loads(x).get("mark") for x in LOG[serve].read_text().splitlines()) if m]
     assert marks and all(set(m) <= {"tenant", "phase", "event", "key"} for m in marks), marks[:3]
-    roles = ("b5", "b0", "agent", "reference", "control")
-    assert not any(r in str(m.get("tenant", "")).split("/") for m in marks for r in roles)
     assert all(m["tenant"] == "" or len(m["tenant"]) == 16 for m in marks), {m["tenant"] for m in marks}
 
 

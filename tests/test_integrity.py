@@ -397,7 +397,7 @@ def test_sigterm_unwinds_like_an_interrupt() -> None:
 
 
 #: how long the SIGTERM test lets record run: some of 40 sessions, not all
-SESSIONS_S = 15
+SESSIONS_S = 8
 
 
 def test_record_stops_within_5_s_of_sigterm_exit_3_keeping_the_sessions_it_finished(tmp_path: Path) -> None:
