@@ -28,6 +28,19 @@ def test_the_readme_is_short_and_starts_with_the_two_commands_ci_runs() -> None:
     assert tests in ci
 
 
+def test_the_guides_contract_paragraph_names_every_route_the_contract_has() -> None:
+    """docs/gate-your-agent.md's contract paragraph is what a user writes an agent from: every endpoint of
+    the contract (eu_audit.blackbox.contract.ENDPOINTS) is named there, its path as the paragraph spells it."""
+    from eu_audit.blackbox.contract import ENDPOINTS
+
+    text = (ROOT / "docs" / "gate-your-agent.md").read_text()
+    section = text.split("## The contract", 1)[1].split("\n## ", 1)[0]
+    named = section.replace("{id}", "{session_id}")
+    missing = [e.path for e in ENDPOINTS if e.path.lstrip("/").split("/{")[0] not in named]
+    missing += [e.path for e in ENDPOINTS if e.path.count("/") > 1 and e.path.rsplit("/", 1)[1] not in named]
+    assert not missing, missing
+
+
 def test_every_relative_link_resolves_and_every_docs_page_is_one_click_from_the_readme() -> None:
     pages = sorted((ROOT / "docs").glob("*.md"))
     assert pages
