@@ -2,9 +2,11 @@
 ``SQLiteSession``, served over eu-audit's agent contract.
 
 It is the agent the SDK's docs build: an ``Agent`` run by ``Runner`` with a ``SQLiteSession`` for memory
-(one per conversation, all of a tenant's in one SQLite file), its model an ``OpenAIChatCompletionsModel``
-on an OpenAI-compatible endpoint. The SDK keeps no long-term memory of its own: records the harness
-injects go to a session of their own (``memory``) whose items the agent's instructions list.
+(one per conversation, all of a tenant's in one SQLite file), its model the SDK's default class,
+``OpenAIResponsesModel`` (the Responses API, which ``eu-audit serve`` answers; ``--api chat`` for
+``OpenAIChatCompletionsModel`` on an endpoint without it). The SDK keeps no long-term memory of its own:
+records the harness injects go to a session of their own (``memory``) whose items the agent's
+instructions list.
 
 ``--session advanced`` keeps the conversation in the SDK's ``AdvancedSQLiteSession`` instead (branches
 and usage analytics: its ``message_structure`` and ``turn_usage`` tables beside the messages), the session
@@ -56,6 +58,7 @@ from agents import (
     FunctionTool,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     Runner,
     SQLiteSession,
     set_tracing_disabled,
@@ -96,9 +99,12 @@ def _file_strings(path: Path, shortest: int = 8) -> list[str]:
 
 
 class AgentsSDKAgent(Tenants):
-    def __init__(self, data: Path, model: str, forget: str = "rewrite", session: str = "sqlite") -> None:
+    def __init__(
+        self, data: Path, model: str, forget: str = "rewrite", session: str = "sqlite", api: str = "responses"
+    ) -> None:
         super().__init__(data)
         self.data, self.model, self.forget_mode, self.session_kind = data, model, forget, session
+        self.api = api  # the SDK's default model class speaks the Responses API
         self.clients: dict[str, AsyncOpenAI] = {}  # base URL -> client, bound to the loop below
         # one event loop for every run: an async client outlives a run, and must not outlive its loop
         self.loop = asyncio.new_event_loop()
@@ -171,7 +177,9 @@ class AgentsSDKAgent(Tenants):
         return Agent(
             name="assistant",
             instructions=instructions,
-            model=OpenAIChatCompletionsModel(model=self.model, openai_client=client),
+            model=(OpenAIResponsesModel if self.api == "responses" else OpenAIChatCompletionsModel)(
+                model=self.model, openai_client=client
+            ),
             model_settings=ModelSettings(temperature=0.0, max_tokens=96),
             tools=[tool(t) for t in tools],
             tool_use_behavior="stop_on_first_tool",
@@ -303,8 +311,15 @@ def main() -> None:
         default="sqlite",
         help="the SDK's session class: SQLiteSession, or AdvancedSQLiteSession (branches, usage tables)",
     )
+    ap.add_argument(
+        "--api",
+        choices=["responses", "chat"],
+        default="responses",
+        help="the model class: OpenAIResponsesModel (the SDK's default, /v1/responses) or "
+        "OpenAIChatCompletionsModel (/v1/chat/completions, for an endpoint without the Responses API)",
+    )
     args = ap.parse_args()
-    agent = AgentsSDKAgent(args.data, args.model, forget=args.forget, session=args.session)
+    agent = AgentsSDKAgent(args.data, args.model, forget=args.forget, session=args.session, api=args.api)
     serve_agent(
         agent,
         "openai-agents-sqlite-session",
