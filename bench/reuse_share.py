@@ -44,6 +44,7 @@ if __name__ == "__main__":
     for path in sys.argv[1:]:
         s = shares(Path(path))
         print(
-            f"{path}: {s['repeated']:.0f} of {s['calls']:.0f} generation calls repeat an earlier greedy prompt "
+            f"{path}: {s['repeated']:.0f} of {s['calls']:.0f} generation calls repeat an earlier greedy "
+            "prompt "
             f"({s['call_share']:.1%}); their decoding took {s['time_share']:.1%} of serve's generation time"
         )

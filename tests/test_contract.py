@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.ci_formats import junit_xml
 from eu_audit.audits.embed import embedding_distance
 from eu_audit.audits.metrics import ngram_distance, token_agreement, tool_consistency, total_variation
-from eu_audit.audits.output import junit_xml, verdicts
+from eu_audit.audits.output import verdicts
 from eu_audit.models import LoadedModel
 from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.dispatch import ToolDispatcher

@@ -30,7 +30,7 @@ def test_the_readme_is_short_and_starts_with_the_two_commands_ci_runs() -> None:
 
 def test_the_guides_contract_paragraph_names_every_route_the_contract_has() -> None:
     """docs/gate-your-agent.md's contract paragraph is what a user writes an agent from: every endpoint of
-    the contract (eu_audit.blackbox.contract.ENDPOINTS) is named there, its path as the paragraph spells it."""
+    the contract (eu_audit.blackbox.contract.ENDPOINTS) is named there, as the paragraph spells it."""
     from eu_audit.blackbox.contract import ENDPOINTS
 
     text = (ROOT / "docs" / "gate-your-agent.md").read_text()

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.ci_formats import junit_xml
 from eu_audit.audits.gate import evaluate, exit_code
 from eu_audit.audits.metric import METRICS, Kind
 from eu_audit.audits.model import AuditReport, read_report
-from eu_audit.audits.output import junit_xml, summary_lines
+from eu_audit.audits.output import summary_lines
 from eu_audit.audits.verdict import clopper_pearson_upper, n_for_share, t_upper, upper_bound, worse_p
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
 from eu_audit.errors import BadInput
@@ -467,3 +468,16 @@ def test_power_says_no_n_for_a_rule_its_control_never_failed_and_never_promises_
     # SmolLM2's no-forget tenant never said z: no n decides the output rules, and power says so
     assert "0 of 2, does not fail it" in flat and "no n" in flat and "4 rule(s) insensitive" in flat
     assert "2 of 2, fails it" in flat  # residue_store: its control kept z in both sessions
+
+
+def test_a_failed_rule_in_junit_names_the_place_z_was_found_not_only_the_rule() -> None:
+    """The known-truth audit-log agent (reports/discrimination): its JUnit failure for residue_disk names
+    the file and byte, and for residue_store the store item, as the summary and SARIF do."""
+    rep = read_report(
+        Path(__file__).resolve().parents[1] / "reports/discrimination/rows/audit-log/audit.json"
+    )
+    failures = {f.get("message", "") for f in ET.fromstring(junit_xml(rep)).iter("failure")}
+    disk = next(m for m in failures if m.startswith("residue_disk"))
+    assert "Where: files read by eu-audit" in disk and "forget-audit.jsonl: byte" in disk, disk
+    store = next(m for m in failures if m.startswith("residue_store"))
+    assert "Where: store dump" in store and "[z:" in store, store  # masked, never z in clear

@@ -6,7 +6,6 @@ metrics are columns, and each suite is a section of rows. The Markdown report ha
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +15,6 @@ from rich.text import Text
 from eu_audit.audits.metric import METRICS, TABLE_TITLES, Metric, Shows, table_metrics
 from eu_audit.audits.model import FLOOR, SERVING, AuditReport, Cell, StateAudit
 from eu_audit.audits.rules import CONTROL
-from eu_audit.errors import BadInput
 from eu_audit.stats import stars
 from eu_audit.trace.records import AGENT_METHOD
 
@@ -459,48 +457,3 @@ def recheck_lines(method: str, states: list[StateAudit]) -> list[str]:
             f"({', '.join(where)}); e.g. {(back or held)[0].example!r}"
         )
     return lines
-
-
-def junit_xml(report: AuditReport) -> str:
-    """One test case per rule verdict: the gates when the audit had any, else each method's default rules
-    against the floor (``gate.default_rules``). Held passes; failed is a failure; inconclusive is a failure
-    of type ``inconclusive`` whose message says what n would decide it; an errored state is an error.
-    Metrics a kind of agent cannot be measured on are not cases: they are listed in system-out."""
-    from eu_audit.audits.gate import gate_results, not_measured, parse_rule
-
-    verdicts = gate_results(report)
-    root = ET.Element("testsuites", name="eu-audit")
-    by_suite: dict[str, ET.Element] = {}
-    counts: dict[str, list[int]] = {}
-    for g in verdicts:
-        try:
-            rule = parse_rule(g.rule)
-            suite, classname, name = rule.suite, f"{rule.suite}.{rule.method}", rule.metric
-        except BadInput:  # a pseudo-rule (errored states, tampering)
-            suite, classname, name = "all", "all", g.rule
-        if suite not in by_suite:
-            by_suite[suite] = ET.SubElement(root, "testsuite", name=f"eu-audit.{suite}")
-            counts[suite] = [0, 0, 0]
-        tc = ET.SubElement(by_suite[suite], "testcase", classname=classname, name=name)
-        counts[suite][0] += 1
-        if g.outcome == "failed" and "errored" in g.detail:
-            counts[suite][2] += 1
-            ET.SubElement(tc, "error", message=g.detail)
-        elif g.outcome != "held":
-            counts[suite][1] += 1
-            ET.SubElement(tc, "failure", message=f"{g.detail} [{g.test}]", type=g.outcome)
-        else:
-            control = f"; positive control: {g.control}" if g.control else ""
-            ET.SubElement(tc, "system-out").text = f"held: {g.detail} [{g.test}]{control}"
-    for suite, ts in by_suite.items():
-        n, fails, errs = counts[suite]
-        ts.set("tests", str(n))
-        ts.set("failures", str(fails))
-        ts.set("errors", str(errs))
-    missing = not_measured(report)
-    if missing:
-        out = ET.SubElement(root, "system-out")
-        out.text = "not measured (no rule can hold on these): " + "; ".join(
-            f"{m}.{metric}: {why}" for m, metric, why in missing
-        )
-    return ET.tostring(root, encoding="unicode", xml_declaration=True)

@@ -400,8 +400,8 @@ def _write_audit(
     *,
     private: bool = True,
 ) -> None:
+    from eu_audit.audits.ci_formats import junit_xml
     from eu_audit.audits.model import AuditReport
-    from eu_audit.audits.output import junit_xml
     from eu_audit.audits.summary import audit_rows
     from eu_audit.jsonl import atomic_writer, write_parquet
 
