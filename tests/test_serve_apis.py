@@ -166,6 +166,29 @@ def test_a_client_that_leaves_mid_stream_is_logged_with_what_was_sent() -> None:
     assert got == [(0, 3)]  # the first event was handed on; the client left before it counted as sent
 
 
+def test_a_chat_answer_streams_while_it_decodes_and_its_deltas_join_to_the_non_streamed_answer(
+    tmp_path: Path,
+) -> None:
+    """On a real model (SmolLM2-135M, llama.cpp): the content arrives in several deltas before the answer
+    ends (the log says the stream was live), and joined they are the non-streamed answer exactly."""
+    from eu_audit.models import FAST_MODEL
+
+    log = tmp_path / "serve.jsonl"
+    args = ["serve", "--model", FAST_MODEL, "--log", str(log), "--control-file", str(tmp_path / "c")]
+    ask = [{"role": "user", "content": "Write three sentences about the sea."}]
+    kw: dict[str, Any] = {"model": "any", "messages": ask, "max_tokens": 48}
+    with cli_server(*args) as url:
+        # streamed first: the same request after it is answered again from it (serve.reuse, exact)
+        chunks = list(client(url).chat.completions.create(**kw, stream=True))
+        entry = last_entry(log)
+        whole = client(url).chat.completions.create(**kw)
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(deltas) == whole.choices[0].message.content
+    assert entry["streamed"]["live"] and "diverged" not in entry, entry.get("streamed")
+    assert len(deltas) > 2, deltas  # sent as it was decoded, not in one piece at the end
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
 # --- the Responses API and the Messages API -----------------------------------------------------------
 
 JSON_TEXT = {"format": {"type": "json_object"}}  # held to JSON, the tiny model writes text

@@ -104,7 +104,10 @@ class Routes(Surface):
             raw = await self._body(request, call.deadline)
             work = asyncio.ensure_future(asyncio.to_thread(handler, raw, call))
             while not work.done():
-                await asyncio.wait({work}, timeout=0.25)
+                await asyncio.wait({work}, timeout=0.05 if call.stream is not None else 0.25)
+                if call.decoding.is_set() and endpoint == CHAT and not work.done():
+                    handed_on = True  # streamed as it decodes; logged when the stream ends
+                    return self._live(work, call, lane, t0)
                 if not work.done() and await _disconnected(request):
                     call.gone.set()
             result = work.result()
@@ -144,6 +147,17 @@ class Routes(Surface):
             lane=lane,
             **call.log,
         )
+
+    def _live(self, work: asyncio.Future[Any], call: Call, lane: str, t0: float) -> Any:
+        """A chat answer streamed while it decodes (``eu_audit.serve.live``)."""
+        from fastapi.responses import StreamingResponse
+
+        from eu_audit.serve.live import live_chat
+
+        def log(status: int, error: str) -> None:
+            self._log(call, CHAT, status, error, t0, lane)
+
+        return StreamingResponse(live_chat(self.backend, work, call, log), media_type="text/event-stream")
 
     def _streamed(self, endpoint: str, result: dict[str, Any], call: Call, lane: str, t0: float) -> Any:
         """The answer as server-sent events (``eu_audit.serve.stream``), logged when the stream ends with
@@ -337,8 +351,16 @@ class Routes(Surface):
             call.log["reused"] = True
             ids, prompt_n, finish = again
             return ids, prompt_n, prompt_n, call.finish(finish)
+        stop_early = call.stop_early
+        if call.stream is not None and free:  # streamed text: sent as it is decoded (serve.live)
+
+            def stop_early(tokens: Sequence[int]) -> bool:
+                call.live = list(tokens)
+                return call.stop_early(tokens)
+
+            call.decoding.set()
         ids, cached, prompt_n, finish = self.backend.generate(
-            segs, budget, sampling, call.stop_early, call.deadline, call.lane_name, constraint
+            segs, budget, sampling, stop_early, call.deadline, call.lane_name, constraint
         )
         finish = call.finish(finish)  # raises where it did not end on its own terms: never kept
         self.reuse.put(reuse, (ids, prompt_n, finish))

@@ -4,9 +4,9 @@ holding the usage where ``stream_options.include_usage`` asks for it.
 
 The answer is decoded exactly as the same request without ``stream`` (the same pinned decoding, lane,
 mark, bounds and deadline: the handler is the same), then sent as events: the chunks' text joined is the
-non-streamed answer character for character, and their tool calls are its tool calls. The first event
-leaves when the answer is decoded, so a client sees the answer's latency, not each token's; what is
-measured (prompts, replies, tool calls) is what a token-by-token stream would carry. The log entry is
+non-streamed answer character for character, and their tool calls are its tool calls. A chat answer that
+is decoding is streamed as it comes instead (``serve.live``); what this module sends leaves once the
+answer is whole (completions, the Responses and Messages APIs, formats, forced calls, reused answers). The log entry is
 written when the stream ends and says how many of its events reached the client
 (``LogEntry.streamed``): a client that leaves mid-stream is logged with what was sent.
 """

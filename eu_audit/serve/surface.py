@@ -65,6 +65,9 @@ class Call:
     cached_before: int | None = None
     #: ``stream: true``: whether a last chunk carries the usage (``stream_options.include_usage``)
     stream: bool | None = None
+    #: set when a streamed chat request starts decoding text that may be sent as it comes (``serve.live``)
+    decoding: threading.Event = field(default_factory=threading.Event)
+    live: list[int] = field(default_factory=list)  # the tokens decoded so far, while ``decoding``
 
     @property
     def lane_name(self) -> str:
