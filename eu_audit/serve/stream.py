@@ -6,8 +6,8 @@ The answer is decoded exactly as the same request without ``stream`` (the same p
 mark, bounds and deadline: the handler is the same), then sent as events: the chunks' text joined is the
 non-streamed answer character for character, and their tool calls are its tool calls. A chat answer that
 is decoding is streamed as it comes instead (``serve.live``); what this module sends leaves once the
-answer is whole (completions, the Responses and Messages APIs, formats, forced calls, reused answers). The log entry is
-written when the stream ends and says how many of its events reached the client
+answer is whole (completions, the Responses and Messages APIs, formats, forced calls, reused answers).
+The log entry is written when the stream ends and says how many of its events reached the client
 (``LogEntry.streamed``): a client that leaves mid-stream is logged with what was sent.
 """
 
