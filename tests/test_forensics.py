@@ -243,3 +243,50 @@ def test_a_bystander_memory_gone_from_its_store_is_lost_even_if_a_history_table_
         items=[StoredItem(store=s, text=t.upper()) for t in texts for s in ("memory", "history")]
     )
     assert bystander.kept(before, rewritten).lost == 0
+
+
+def test_files_the_agents_process_writes_and_does_not_name_are_found_and_its_own_output_is_not(
+    tmp_path: Path,
+) -> None:
+    """A real process listening on a port (Linux /proc): a file it holds open and a cache it wrote and
+    closed are undeclared; the store it names, the store's -wal, its redirected stdout and a file older
+    than the tenant's window are not."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from eu_audit.blackbox.undeclared import UndeclaredFiles
+
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("needs Linux /proc")
+    (tmp_path / "old.txt").write_text("written before the tenant ran")
+    since = time.time() + 0.01
+    time.sleep(0.05)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = (
+        "import http.server, pathlib, time\n"
+        "pathlib.Path('store.db').write_text('x'); pathlib.Path('store.db-wal').write_text('x')\n"
+        "held = open('notes.txt', 'w'); held.write('kept open'); held.flush()\n"
+        "pathlib.Path('cache.pkl').write_bytes(b'cached')\n"
+        "print('ready', flush=True)\n"
+        f"http.server.HTTPServer(('127.0.0.1', {port}), http.server.BaseHTTPRequestHandler).serve_forever()\n"
+    )
+    with open(tmp_path / "agent.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while "ready" not in (tmp_path / "agent.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)  # listening
+        look = UndeclaredFiles.of(f"http://127.0.0.1:{port}")
+        assert look is not None and proc.pid in look.pids and look.uid == os.getuid()
+        found = {Path(f).name for f in look.find([str(tmp_path / "store.db")], since)}
+        assert found == {"notes.txt", "cache.pkl"}, found
+        assert UndeclaredFiles.of("tests.sqlite_agent:plain") is None  # in-process: nothing to tell apart
+    finally:
+        proc.kill()
+        proc.wait()

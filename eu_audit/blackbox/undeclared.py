@@ -6,7 +6,8 @@ one and said nowhere. On Linux the kernel says which processes hold the agent's 
 (``/proc/net/tcp``'s inode, then ``/proc/PID/fd``); for those processes and their children eu-audit looks
 at:
 
-- every regular file they hold open (a store kept open, a log appended to);
+- every regular file they hold open (a store kept open, a log appended to), but their standard streams
+  (where whoever started the agent sends its output);
 - every file under their working directory, and under each folder holding a file it declared, written
   while the tenant ran (from its first call to this look) and owned by the agent's user: a cache written
   and closed beside the store it did name. Folders of installed code (``.venv``, ``site-packages``,
@@ -62,17 +63,33 @@ def _listening_inode(
     return None
 
 
-def _fds(pid: int) -> list[str]:
+def _fds(pid: int, streams: bool = True) -> list[str]:
+    """What the process's open file descriptors point at; without ``streams``, less 0, 1 and 2 (its
+    standard streams: where whoever started it sends its output, not a store of its own)."""
     try:
         names = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return []
     out = []
     for n in names:
+        if not streams and n in ("0", "1", "2"):
+            continue
         try:
             out.append(os.readlink(f"/proc/{pid}/fd/{n}"))
         except OSError:
             continue
+    return out
+
+
+def _streams(pids: set[int]) -> set[str]:
+    """The files the processes' standard streams (0, 1, 2) are redirected to."""
+    out = set()
+    for pid in pids:
+        for n in ("0", "1", "2"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{n}")
+                if target.startswith("/"):
+                    out.add(os.path.realpath(target))
     return out
 
 
@@ -153,11 +170,12 @@ class UndeclaredFiles:
         """The files the agent's processes hold open or wrote since ``since`` (the tenant's first call)
         under their working directory or beside a declared file, less the declared ones and the
         harness's own."""
-        known = tuple(os.path.realpath(d) for d in declared)
+        named = tuple(os.path.realpath(d) for d in declared)
+        known = named + tuple(sorted(_streams(self.pids)))  # its output redirected to a file is not a store
         out: dict[str, None] = {}
-        roots = {os.path.dirname(d) for d in known}
+        roots = {os.path.dirname(d) for d in named}
         for pid in sorted(self.pids):
-            for target in _fds(pid):
+            for target in _fds(pid, streams=False):
                 if target.startswith("/") and not target.startswith(NOT_FILES) and os.path.isfile(target):
                     real = os.path.realpath(target)
                     try:  # a library or a model it reads is not data: only what it wrote since
