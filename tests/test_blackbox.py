@@ -272,5 +272,5 @@ def test_serve_answers_tool_calls_embeddings_and_pins_decoding(serve: tuple[str,
     emb = post("/v1/embeddings", {"input": ["a", "b"]})
     assert len(emb["data"]) == 2 and len(emb["data"][0]["embedding"]) == 384  # type: ignore[index]
     entries = [json.loads(line) for line in log.read_text().splitlines()]
-    mine = [e for e in entries if (e.get("mark") or {}).get("session") == "probe-test"]
+    mine = [e for e in entries if (e.get("mark") or {}).get("tenant") == "probe-test"]
     assert len(mine) == 3 and "Linden" in json.dumps(mine[0]["messages"])
