@@ -100,10 +100,11 @@ def verdicts(report: AuditReport) -> dict[str, str]:
         if not report.floor:
             out[method] = "not measured (no floor)"
             continue
-        # the rules the run was gated by count too, so the headline agrees with the exit code (a bystander
-        # lost fails the gate; the default rules alone would call that method "not shown at this n")
+        # a gated run is headlined by the rules it was gated by, so the headline agrees with the exit code:
+        # a rule the gate set leaves out (CAD for an agent, utility) neither holds nor fails the forget, and
+        # the default rules alone would call a lost bystander "not shown at this n"
         gated = [g.rule for g in report.gates if g.rule not in PSEUDO_RULES]
-        every = [*default_rules(report, ["all"], control=True), *gated]
+        every = gated or default_rules(report, ["all"], control=True)
         rules = [r for r in dict.fromkeys(every) if r.startswith(f"{method}.")]
         got = {
             parse_rule(g.rule).metric: g.outcome
@@ -144,8 +145,8 @@ GROUP_SENTENCES = (
     ),
     (
         "forgets",
-        "Forget (every rule against the B5 floor held with evidence: leakage, probes, CAD, behavior, "
-        "residue where measured)",
+        "Forget (every rule held with evidence, each against a no-forget control that failed it: "
+        "leakage, probes, behavior, residue where measured)",
     ),
     (
         "not shown at this n",
@@ -172,8 +173,8 @@ GROUP_SENTENCES = (
     ("still leaks", "Still leak the target in what they say or do"),
     (
         "still holds the target",
-        "Still hold the target (in prompts after the forget, or in the store dump; where, below; what they "
-        "say is for the leak rules)",
+        "Still hold the target (in prompts after the forget, the store dump or the files eu-audit read; "
+        "where, below; what they say is for the leak rules)",
     ),
 )
 #: ... and after them
