@@ -481,3 +481,22 @@ def test_a_failed_rule_in_junit_names_the_place_z_was_found_not_only_the_rule() 
     assert "Where: files read by eu-audit" in disk and "forget-audit.jsonl: byte" in disk, disk
     store = next(m for m in failures if m.startswith("residue_store"))
     assert "Where: store dump" in store and "[z:" in store, store  # masked, never z in clear
+
+
+def test_a_working_forget_exits_0_and_every_headline_agrees_with_its_exit_code() -> None:
+    """The confusion matrix's rows (reports/discrimination, Qwen2.5-Coder-0.5B through the default gate):
+    the good minimal agent's audit exits 0 and is headlined "Forget", each bad agent's exits 1 and is
+    headlined by what it kept or lost, never "Forget" nor "not shown"."""
+    from eu_audit.audits.gate import exit_code
+
+    rows = Path(__file__).resolve().parents[1] / "reports/discrimination/rows"
+    seen = {}
+    for path in sorted(rows.glob("*/audit.json")):
+        rep = read_report(path)
+        code, headline = exit_code(rep.gates), summary_lines(rep)[1]
+        seen[path.parent.name] = code
+        if code == 0:
+            assert headline.startswith("Forget (every rule held"), (path, headline)
+        else:
+            assert not headline.startswith(("Forget (", "Not shown")), (path, code, headline)
+    assert seen.get("minimal-remove") == 0 and seen.get("noop") == 1, seen
