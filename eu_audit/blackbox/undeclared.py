@@ -8,11 +8,12 @@ at:
 
 - every regular file they hold open (a store kept open, a log appended to), but their standard streams
   (where whoever started the agent sends its output);
-- every file under their working directory, and under each folder holding a file it declared, written
-  while the tenant ran (from its first call to this look) and owned by the agent's user: a cache written
-  and closed beside the store it did name. Folders of installed code (``.venv``, ``site-packages``,
-  ``.git``, ``node_modules``, ``__pycache__``) are not walked, and at most ``MAX_WALKED`` entries are
-  looked at.
+- every file written while the tenant ran (from its first call to this look), owned by the agent's user,
+  under each folder holding a file it declared (a cache beside the store it did name) and under their
+  working directory when the agent runs as another user, as a gate does (as the harness's own user, a
+  test rig, that folder holds the operator's edits too). Folders of installed code (``.venv``,
+  ``site-packages``, ``.git``, ``node_modules``, ``__pycache__``) are not walked, and at most
+  ``MAX_WALKED`` entries are looked at.
 
 Tenants are driven one after another by default, so a file written in one tenant's window is that tenant's
 doing; tenants driven side by side may find each other's files, and a file more than one tenant's look
@@ -184,8 +185,9 @@ class UndeclaredFiles:
                         continue
                     if fresh and not self._mine(real, known):
                         out[real] = None
-            with contextlib.suppress(OSError):
-                roots.add(os.path.realpath(f"/proc/{pid}/cwd"))
+            if self.uid != os.getuid():  # as the harness's own user, its cwd holds the operator's edits too
+                with contextlib.suppress(OSError):
+                    roots.add(os.path.realpath(f"/proc/{pid}/cwd"))
         for root in sorted(roots - {"/", ""}):
             self._walk(root, out, known, since)
         return sorted(out)
