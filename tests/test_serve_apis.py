@@ -185,7 +185,7 @@ def test_a_chat_answer_streams_while_it_decodes_and_its_deltas_join_to_the_non_s
     deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert "".join(deltas) == whole.choices[0].message.content
     assert entry["streamed"]["live"] and "diverged" not in entry, entry.get("streamed")
-    assert len(deltas) > 2, deltas  # sent as it was decoded, not in one piece at the end
+    assert len(deltas) >= 2, deltas  # sent as it was decoded, not in one piece at the end
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
 
 

@@ -496,7 +496,7 @@ def test_a_working_forget_exits_0_and_every_headline_agrees_with_its_exit_code()
         code, headline = exit_code(rep.gates), summary_lines(rep)[1]
         seen[path.parent.name] = code
         if code == 0:
-            assert headline.startswith("Forget (every rule held"), (path, headline)
+            assert headline.startswith("Forget (every rule held with evidence"), (path, headline)
         else:
             assert not headline.startswith(("Forget (", "Not shown")), (path, code, headline)
     assert seen.get("minimal-remove") == 0 and seen.get("noop") == 1, seen

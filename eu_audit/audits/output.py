@@ -103,7 +103,9 @@ def verdicts(report: AuditReport) -> dict[str, str]:
         # a gated run is headlined by the rules it was gated by, so the headline agrees with the exit code:
         # a rule the gate set leaves out (CAD for an agent, utility) neither holds nor fails the forget, and
         # the default rules alone would call a lost bystander "not shown at this n"
-        gated = [g.rule for g in report.gates if g.rule not in PSEUDO_RULES]
+        gated = [
+            g.rule for g in report.gates if g.rule not in PSEUDO_RULES and g.rule.startswith(f"{method}.")
+        ]
         every = gated or default_rules(report, ["all"], control=True)
         rules = [r for r in dict.fromkeys(every) if r.startswith(f"{method}.")]
         got = {
@@ -145,8 +147,7 @@ GROUP_SENTENCES = (
     ),
     (
         "forgets",
-        "Forget (every rule held with evidence, each against a no-forget control that failed it: "
-        "leakage, probes, behavior, residue where measured)",
+        "Forget (every rule held with evidence: leakage, probes, behavior, residue where measured)",
     ),
     (
         "not shown at this n",

@@ -1,4 +1,5 @@
-"""Chat completions streamed token by token: the text is sent while the model decodes it.
+"""Streamed answers as HTTP responses: a chat completion token by token while the model decodes it
+(``live_chat``), and any route's whole answer as its API's events (``streamed_response``).
 
 A streamed chat request is decoded by the same handler as any other (the same pinned decoding, lane, mark,
 bounds and deadline); while it decodes, the text decoded so far is sent as ``chat.completion.chunk``
@@ -98,3 +99,37 @@ async def live_chat(
             error = "the client left mid-stream"
         call.log["streamed"] = {"events": events, "sent": events, "live": True}
         log(status, error)
+
+
+def live_response(
+    backend: Backend, work: asyncio.Future[Any], call: Call, log: Callable[[int, str], None]
+) -> Any:
+    """``live_chat``'s events as the HTTP response."""
+    from fastapi.responses import StreamingResponse
+
+    return StreamingResponse(live_chat(backend, work, call, log), media_type="text/event-stream")
+
+
+def streamed_response(
+    endpoint: str, result: dict[str, Any], include_usage: bool, done: Callable[[int, int], None]
+) -> Any:
+    """``result`` (the route's whole answer) as its API's server-sent events: OpenAI's chat and completions
+    chunks ending with ``data: [DONE]``, the Responses API's and the Messages API's typed events."""
+    from fastapi.responses import StreamingResponse
+
+    from eu_audit.serve.fields import CHAT, COMPLETIONS, MESSAGES, RESPONSES
+    from eu_audit.serve.messages_api import message_events
+    from eu_audit.serve.responses_api import response_events
+    from eu_audit.serve.stream import chat_chunks, completion_chunks, data_only, events
+
+    makers = {
+        CHAT: (data_only(chat_chunks), True),
+        COMPLETIONS: (data_only(completion_chunks), True),
+        RESPONSES: (response_events, False),
+        MESSAGES: (message_events, False),
+    }
+    make, end_with_done = makers[endpoint]
+    chunks = make(result, include_usage)
+    return StreamingResponse(
+        events(chunks, done, end_with_done=end_with_done), media_type="text/event-stream"
+    )

@@ -104,7 +104,7 @@ class Routes(Surface):
             raw = await self._body(request, call.deadline)
             work = asyncio.ensure_future(asyncio.to_thread(handler, raw, call))
             while not work.done():
-                await asyncio.wait({work}, timeout=0.05 if call.stream is not None else 0.25)
+                await asyncio.wait({work}, timeout=0.05)  # a streamed answer's decoding is noticed at once
                 if call.decoding.is_set() and endpoint == CHAT and not work.done():
                     handed_on = True  # streamed as it decodes; logged when the stream ends
                     return self._live(work, call, lane, t0)
@@ -149,41 +149,23 @@ class Routes(Surface):
         )
 
     def _live(self, work: asyncio.Future[Any], call: Call, lane: str, t0: float) -> Any:
-        """A chat answer streamed while it decodes (``eu_audit.serve.live``)."""
-        from fastapi.responses import StreamingResponse
+        """A chat answer streamed while it decodes (``eu_audit.serve.live``), logged when the stream ends."""
+        from eu_audit.serve.live import live_response
 
-        from eu_audit.serve.live import live_chat
-
-        def log(status: int, error: str) -> None:
-            self._log(call, CHAT, status, error, t0, lane)
-
-        return StreamingResponse(live_chat(self.backend, work, call, log), media_type="text/event-stream")
+        return live_response(
+            self.backend, work, call, lambda status, error: self._log(call, CHAT, status, error, t0, lane)
+        )
 
     def _streamed(self, endpoint: str, result: dict[str, Any], call: Call, lane: str, t0: float) -> Any:
-        """The answer as server-sent events (``eu_audit.serve.stream``), logged when the stream ends with
-        how many of its events were sent."""
-        from fastapi.responses import StreamingResponse
-
-        from eu_audit.serve.messages_api import message_events
-        from eu_audit.serve.responses_api import response_events
-        from eu_audit.serve.stream import chat_chunks, completion_chunks, data_only, events
-
-        makers = {  # each API's events; OpenAI's chat and completions streams end with data: [DONE]
-            CHAT: (data_only(chat_chunks), True),
-            COMPLETIONS: (data_only(completion_chunks), True),
-            RESPONSES: (response_events, False),
-            MESSAGES: (message_events, False),
-        }
-        make, end_with_done = makers[endpoint]
+        """The whole answer as server-sent events (``eu_audit.serve.stream``), logged when the stream ends
+        with how many of its events were sent."""
+        from eu_audit.serve.live import streamed_response
 
         def done(sent: int, total: int) -> None:
             call.log["streamed"] = {"events": total, "sent": sent}
             self._log(call, endpoint, 200, "" if sent == total else "the client left mid-stream", t0, lane)
 
-        chunks = make(result, bool(call.stream))
-        return StreamingResponse(
-            events(chunks, done, end_with_done=end_with_done), media_type="text/event-stream"
-        )
+        return streamed_response(endpoint, result, bool(call.stream), done)
 
     def _forward(self, path: str, req: BaseModel, sampling: Sampling, call: Call) -> dict[str, Any]:
         """Proxy mode: the upstream answers, under the pinned decoding, with only the allowed fields."""
