@@ -90,15 +90,18 @@ async def live_chat(
         if call.stream:  # stream_options.include_usage
             yield event(None, head | {"choices": [], "usage": resp.get("usage")})
             events += 1
-        yield event(None, "[DONE]")
-        events += 1
+        # logged before the last event: a client that has read [DONE] finds the entry written
         complete = True
-    finally:
-        if status == 200 and not complete:  # the client left: decoding (if any is left) stops at once
-            call.gone.set()
-            error = "the client left mid-stream"
-        call.log["streamed"] = {"events": events, "sent": events, "live": True}
+        call.log["streamed"] = {"events": events + 1, "sent": events + 1, "live": True}
         log(status, error)
+        yield event(None, "[DONE]")
+    finally:
+        if not complete:
+            if status == 200:  # the client left: decoding (if any is left) stops at once
+                call.gone.set()
+                error = "the client left mid-stream"
+            call.log["streamed"] = {"events": events, "sent": events, "live": True}
+            log(status, error)
 
 
 def live_response(
