@@ -20,10 +20,11 @@ LISTEN = "0A"  # the TCP state of a listening socket in /proc/net/tcp
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
 
 
-def listening_uid(
+def listening_socket(
     port: int, tables: tuple[Path, ...] = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
-) -> int | None:
-    """The uid that owns the socket listening on ``port`` on this machine, None where it cannot be told."""
+) -> tuple[int, int] | None:
+    """(owner uid, socket inode) of the socket listening on ``port`` on this machine, None where it cannot
+    be told."""
     for table in tables:
         try:
             lines = table.read_text().splitlines()[1:]
@@ -31,9 +32,17 @@ def listening_uid(
             continue
         for line in lines:
             cols = line.split()
-            if len(cols) > 7 and cols[3] == LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                return int(cols[7])
+            if len(cols) > 9 and cols[3] == LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                return int(cols[7]), int(cols[9])
     return None
+
+
+def listening_uid(
+    port: int, tables: tuple[Path, ...] = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+) -> int | None:
+    """The uid that owns the socket listening on ``port`` on this machine, None where it cannot be told."""
+    got = listening_socket(port, tables)
+    return None if got is None else got[0]
 
 
 def check_agent_user(agent: str, same_user_ok: bool) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from eu_audit.blackbox.same_user import LISTEN, LOCAL_HOSTS
+from eu_audit.blackbox.same_user import LOCAL_HOSTS, listening_socket
 
 #: the most directory entries the working-directory walk looks at, per look
 MAX_WALKED = 20_000
@@ -46,22 +46,6 @@ NOT_WALKED = frozenset(
 #: places that are not files an agent keeps data in
 NOT_FILES = ("/proc/", "/sys/", "/dev/")
 SIDECARS = ("-wal", "-journal", "-shm")
-
-
-def _listening_inode(
-    port: int, tables: tuple[Path, ...] = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
-) -> tuple[int, int] | None:
-    """(socket inode, owner uid) of the socket listening on ``port``, None where it cannot be told."""
-    for table in tables:
-        try:
-            lines = table.read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if len(cols) > 9 and cols[3] == LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                return int(cols[9]), int(cols[7])
-    return None
 
 
 def _fds(pid: int, streams: bool = True) -> list[str]:
@@ -121,10 +105,10 @@ def agent_processes(agent: str) -> tuple[set[int], int] | None:
     url = urlsplit(agent)
     if (url.hostname or "") not in LOCAL_HOSTS or url.port is None or not Path("/proc/net/tcp").exists():
         return None
-    got = _listening_inode(url.port)
+    got = listening_socket(url.port)
     if got is None:
         return None
-    inode, uid = got
+    uid, inode = got
     holders = {int(e) for e in os.listdir("/proc") if e.isdigit() and f"socket:[{inode}]" in _fds(int(e))}
     holders.discard(os.getpid())
     return (_children(holders), uid) if holders else None
