@@ -290,3 +290,73 @@ def test_files_the_agents_process_writes_and_does_not_name_are_found_and_its_own
     finally:
         proc.kill()
         proc.wait()
+
+
+def _vec0_sqlite() -> list[str]:
+    """A sqlite3 shell that loads sqlite-vec's real extension (the package's vec0.so), or [] where this
+    machine has none (the test is then skipped, saying why)."""
+    import shutil
+
+    sqlite_vec = pytest.importorskip("sqlite_vec")
+    shell = shutil.which("sqlite3")
+    if shell is None:
+        pytest.skip("no sqlite3 shell to load sqlite-vec's extension with (this Python cannot load one)")
+    return [shell, "-cmd", f".load {str(sqlite_vec.loadable_path()).removesuffix('.so')}"]
+
+
+def _vec0_db(tmp_path: Path, sql: str) -> Path:
+    import subprocess
+
+    db = tmp_path / "memories.sqlite"
+    subprocess.run([*_vec0_sqlite(), str(db), sql], check=True, capture_output=True)
+    return db
+
+
+#: a fixed embedder for the mechanics: z's texts embed to Z_VEC, every other text elsewhere
+Z_VEC, OTHER_VEC = [0.9, 0.1, 0.3, 0.2], [0.0, 1.0, 0.0, 0.0]
+
+
+def _embed(texts: object) -> list[list[float]]:
+    return [Z_VEC for _ in texts]  # type: ignore[attr-defined]
+
+
+def test_an_embedding_of_z_in_a_sqlite_vec_table_is_found_in_its_chunk_not_left_unread(
+    tmp_path: Path,
+) -> None:
+    db = _vec0_db(
+        tmp_path,
+        "CREATE VIRTUAL TABLE mem_vec USING vec0(embedding float[4]);"
+        f"INSERT INTO mem_vec(rowid, embedding) VALUES (1, '{OTHER_VEC}'), (2, '{Z_VEC}');",
+    )
+    report = read_files([db], TargetMatcher.of("12 Linden Street"), embed=_embed)
+    counts, examples, unread = report.counts()
+    assert unread == {}, unread  # "no such module: vec0" left the whole file unread before
+    assert counts["vectors"] == 1, examples
+    assert "mem_vec_vector_chunks00.vectors" in examples["vectors"] and "slot 1" in examples["vectors"]
+    assert "marked deleted" not in examples["vectors"]
+
+
+def test_a_deleted_embedding_left_in_its_vector_chunk_is_found_and_one_zeroed_is_not(
+    tmp_path: Path,
+) -> None:
+    made = (
+        "CREATE VIRTUAL TABLE mem_vec USING vec0(embedding float[4]);"
+        f"INSERT INTO mem_vec(rowid, embedding) VALUES (1, '{OTHER_VEC}'), (2, '{Z_VEC}');"
+        "DELETE FROM mem_vec WHERE rowid = 2;"
+    )
+    # sqlite-vec as installed zeroes the deleted slot: nothing of z is left in the chunk
+    clean = _vec0_db(tmp_path, made)
+    counts, examples, unread = read_files([clean], TargetMatcher.of("12 Linden Street"), embed=_embed).counts()
+    assert unread == {} and counts["vectors"] == 0, examples
+    # releases before the fix cleared the validity bit and left the bytes: the slot put back as they left it
+    import struct
+
+    con = sqlite3.connect(clean)
+    (blob,) = con.execute("SELECT vectors FROM mem_vec_vector_chunks00 WHERE rowid = 1").fetchone()
+    blob = blob[:16] + struct.pack("<4f", *Z_VEC) + blob[32:]
+    con.execute("UPDATE mem_vec_vector_chunks00 SET vectors = ? WHERE rowid = 1", (blob,))
+    con.commit()
+    con.close()
+    counts, examples, _ = read_files([clean], TargetMatcher.of("12 Linden Street"), embed=_embed).counts()
+    assert counts["vectors"] == 1, examples
+    assert "slot 1, marked deleted" in examples["vectors"]

@@ -38,6 +38,14 @@ class KnownAgent:
     agent: str  # tools/gate.sh AGENT: eu-audit, or a folder of examples/agents
     forget: str  # its --forget
     why: str  # why its truth is what it is
+    #: a release of the residue pack (``pack/CASE/case.toml``): its agent, arguments and pins, in a venv
+    #: of its own (``eu_audit.pack.venvs``); "" for an agent of this checkout
+    case: str = ""
+    release: str = ""
+
+
+def _pack(case: str, release: str, truth: str, why: str) -> KnownAgent:
+    return KnownAgent(f"{case}-{release}", truth, "", "", why, case, release)
 
 
 AGENTS = (
@@ -53,20 +61,51 @@ AGENTS = (
     KnownAgent(
         "cache", "bad", "known-truth", "cache", "removes, keeps every text in a gzip cache it does not name"
     ),
+    KnownAgent(
+        "eu-audit-b1", "bad", "eu-audit", "b1", "eu-audit's runtime, deletes only the memory records (B1)"
+    ),
+    _pack("openai-agents-3755", "buggy", "bad", "openai-agents 0.18.2: clear_session leaves structure rows"),
+    _pack("openai-agents-3755", "fixed", "good", "openai-agents 0.18.3: the fix, the session rewritten"),
+    _pack("mem0-6512", "buggy", "bad", "mem0 2.2.1: delete_all leaves the history table's rows"),
+    _pack("langgraph-8757", "buggy", "bad", "langgraph-checkpoint-sqlite 3.1.2: delete leaves store_vectors"),
+    _pack("chroma-3793", "buggy", "bad", "chromadb 1.5.9 under mem0: delete leaves embeddings_queue rows"),
 )
 #: what a gate must answer for each truth
 EXPECTED = {"good": 0, "bad": 1}
 KEPT = ("audit.json", "run.json")
 
 
+def pack_release(a: KnownAgent, out: Path) -> tuple[str, str, dict[str, str]]:
+    """A pack release as gate.sh runs it: the agent's folder, its forget, and the environment naming its
+    venv's Python and its arguments (the case's, then the release's, as ``eu-audit pack run`` gives them)."""
+    from eu_audit.pack.case import load_case
+    from eu_audit.pack.venvs import venv_for
+
+    case = load_case(ROOT / "pack" / a.case / "case.toml")
+    release = next(r for r in case.releases if r.name == a.release)
+    out.mkdir(parents=True, exist_ok=True)
+    python = venv_for([*release.pins, *case.requirements], case.python, log=out / "install.log")
+    argv = [*case.agent_args, *release.agent_args]
+    # gate.sh passes --forget FORGET first; the case's own --forget, later on the line, is the one parsed
+    forget = next((argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--forget"), "")
+    folder = Path(case.agent).parent.name
+    default = {"mem0": "mem0", "openai-agents": "rewrite", "langgraph": "store"}[folder]
+    env = {"AGENT_PYTHON": str(python), "AGENT_ARGS": " ".join(argv)}
+    return folder, forget or default, env
+
+
 def run_one(a: KnownAgent, args: argparse.Namespace, work: Path, rows: Path) -> None:
     out = work / a.name
     env_k = {"K": str(args.k), **({} if args.fixed_n else {"UNTIL": "1"})}
+    agent, forget = a.agent, a.forget
+    if a.case:
+        agent, forget, env_pack = pack_release(a, out)
+        env_k.update(env_pack)
     cmd = [
         "bash",
         str(ROOT / "tools/gate.sh"),
-        a.agent,
-        a.forget,
+        agent,
+        forget,
         args.suite,
         str(args.n),
         args.model,

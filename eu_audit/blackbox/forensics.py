@@ -17,7 +17,11 @@ contract, or ``record --agent --store-path``) and counts, per tenant, four chann
   zstd stream: ``file_text``), the form named beside the place;
 - ``vectors``: stored vectors (a BLOB of float32 of the embedder's width) within cosine ``VECTOR_MATCH`` of
   the embedding of a text holding z that the agent itself embedded through serve's ``/v1/embeddings``
-  (serve logs those inputs), or of z itself: "an embedding of z remains", named by table and row.
+  (serve logs those inputs), or of z itself: "an embedding of z remains", named by table and row. A
+  BLOB of several vectors is read slot by slot: sqlite-vec's ``vec0`` tables keep their vectors in
+  chunks (``NAME_vector_chunksNN.vectors``), read through their plain shadow tables (eu-audit never loads
+  the extension), so a deleted embedding whose bytes a release left in its chunk is found and said to be
+  marked deleted (the chunk's validity bit cleared).
 
 A file eu-audit cannot read is "not measured", named, never clean. Every count says where it came from:
 read by eu-audit (these), or reported by the agent's dump (``store_residue``).
@@ -168,8 +172,54 @@ def _quote(name: str) -> str:
 
 
 def _tables(con: sqlite3.Connection) -> list[str]:
-    rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    """The database's plain tables. A virtual table (sqlite-vec's ``vec0``, FTS5) needs its module to be
+    read, which a plain reader lacks ("no such module"); its rows live in plain shadow tables (``v_chunks``,
+    ``v_vector_chunks00``, ``f_content``), read instead."""
+    rows = con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "AND coalesce(upper(sql), '') NOT LIKE 'CREATE VIRTUAL TABLE%'"
+    )
     return [str(r[0]) for r in rows]
+
+
+def _slots(value: Any, width: int) -> list[tuple[int, list[float]]]:
+    """The vectors a BLOB holds: one of ``width`` float32, or several side by side (a vector chunk), each
+    with its slot; empty slots (all zero) and bytes that are not finite floats are left out."""
+    if not isinstance(value, bytes) or width <= 0 or not value or len(value) % (4 * width):
+        return []
+    size = 4 * width
+    got = []
+    for slot in range(len(value) // size):
+        vec = _vector_of(value[slot * size : (slot + 1) * size], width)
+        if vec is not None and any(vec):
+            got.append((slot, vec))
+    return got
+
+
+#: sqlite-vec's vector chunk tables, and the chunk table whose ``validity`` bitmap says which slot is live
+VEC0_CHUNKS = "_vector_chunks"
+
+
+def _validity(con: sqlite3.Connection, table: str, tables: list[str]) -> dict[int, bytes]:
+    """chunk id -> its validity bitmap, for a sqlite-vec vector chunk table (``{}`` for any other)."""
+    base, sep, _ = table.rpartition(VEC0_CHUNKS)
+    chunks = f"{base}_chunks"
+    if not sep or chunks not in tables:
+        return {}
+    try:
+        rows = con.execute(f"SELECT chunk_id, validity FROM {_quote(chunks)}").fetchall()
+    except sqlite3.Error:
+        return {}
+    return {int(r[0]): bytes(r[1]) for r in rows if isinstance(r[1], bytes)}
+
+
+def _slot_said(slot: int, many: bool, valid: bytes | None) -> str:
+    if not many:
+        return ""
+    if valid is None or slot // 8 >= len(valid):
+        return f", slot {slot}"
+    live = valid[slot // 8] >> (slot % 8) & 1
+    return f", slot {slot}" + ("" if live else ", marked deleted")
 
 
 def _names(row: Sequence[Any], tenant: str) -> bool:
@@ -184,21 +234,27 @@ def _rows_and_vectors(
     report: DiskReport,
 ) -> None:
     width = len(targets[0]) if targets else 0
-    for table in _tables(con):
-        cur = con.execute(f"SELECT * FROM {_quote(table)}")
-        cols = [d[0] for d in cur.description]
-        for i, row in enumerate(cur):
+    tables = _tables(con)
+    for table in tables:
+        validity = _validity(con, table, tables)
+        try:  # the rowid names a vector chunk; a WITHOUT ROWID table has none
+            cur = con.execute(f"SELECT rowid AS _rowid_, * FROM {_quote(table)}")
+        except sqlite3.OperationalError:
+            cur = con.execute(f"SELECT NULL AS _rowid_, * FROM {_quote(table)}")
+        cols = [d[0] for d in cur.description][1:]
+        for i, (rowid, *row) in enumerate(cur):
             key = next((str(v)[:60] for v in row if isinstance(v, str | int)), f"row {i + 1}")
             own = _names(row, report.tenant)
             for col, value in zip(cols, row, strict=True):
                 text = _text_of(value)
                 if text is not None and matcher.found_in(text):
                     report.add("rows", file, f"{table}.{col} ({key})", own=own)
-                vec = _vector_of(value, width)
-                if vec is not None and any(_cosine(vec, t) >= VECTOR_MATCH for t in targets):
-                    report.add(
-                        "vectors", file, f"{table}.{col} ({key}): an embedding of a text holding z", own=own
-                    )
+                slots = _slots(value, width)
+                for slot, vec in slots:
+                    if any(_cosine(vec, t) >= VECTOR_MATCH for t in targets):
+                        said = _slot_said(slot, len(value) > 4 * width, validity.get(rowid))
+                        where = f"{table}.{col} ({key}{said}): an embedding of a text holding z"
+                        report.add("vectors", file, where, own=own)
 
 
 def _orphans(con: sqlite3.Connection, file: str, report: DiskReport) -> None:
