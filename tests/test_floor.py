@@ -8,6 +8,7 @@ from pathlib import Path
 
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.gate import TAMPER_RULE, evaluate, exit_code, expand_gate_sets
+from eu_audit.audits.model import read_report
 from eu_audit.blackbox.drive import AgentRecordOptions, record_agent
 from eu_audit.blackbox.tamper import TamperEvidence, check_reference_answers
 from eu_audit.bundle.io import read_bundle
@@ -52,7 +53,6 @@ def test_a_probe_the_floor_leaked_on_is_dropped_in_that_session_only_and_named_i
     """One floor answer holding z (a model that guesses it, or an agent that puts it there) drops that probe
     where it happened, never for the whole suite: the other sessions still count it, and the Leak@probes
     verdict names what was dropped."""
-    from eu_audit.audits.model import read_report
     from eu_audit.audits.summary import drop_probes
 
     rep = read_report(Path(__file__).parents[1] / "reports/audit-smollm2/rows/audits/smol10.audit.json")
@@ -70,3 +70,47 @@ def test_a_probe_the_floor_leaked_on_is_dropped_in_that_session_only_and_named_i
     rep = rep.model_copy(update={"probes_dropped": dropped})
     g = evaluate(rep, [f"agent.{suite}.leak_probes<=floor".replace("agent", "b1")])[0]
     assert f"probes dropped where the floor leaked on them: direct in {first.session_id}" in g.detail
+
+
+def _states(ref_said: list[bool], own_said: list[bool]) -> list:
+    """A reference (B5) and eu-audit's own floor over the same sessions, each saying z in its probes
+    where told."""
+    from eu_audit.audits.model import FLOOR, OWN_FLOOR, ProbeOutcome, StateAudit
+
+    out = []
+    for i, (r, o) in enumerate(zip(ref_said, own_said, strict=True)):
+        for method, said in ((FLOOR, r), (OWN_FLOOR, o)):
+            st = StateAudit(session_id=f"s{i}", episode_id=f"e{i}", suite="builtin", method=method)
+            st.probes = [ProbeOutcome(probe="direct", text="x", leaked=said)]
+            st.values = {"leak5": 0.0}
+            out.append(st)
+    return out
+
+
+def test_a_reference_that_says_z_more_often_than_eu_audits_own_floor_fails_the_gate() -> None:
+    """The reference is the agent's; the floor eu-audit trusts is its own runtime over the episode without
+    z. A reference saying z in 6 of 6 sessions where eu-audit's floor said it in none is no floor: the
+    gate's pseudo-rule fails, whatever the agent's rules read."""
+    from eu_audit.audits.gate import OWN_FLOOR_RULE
+    from eu_audit.audits.own_floor import checks
+
+    rep = read_report(Path(__file__).parents[1] / "reports/discrimination/rows/noop/audit.json")
+    lifted = checks(_states([True] * 6, [False] * 6), alpha=0.05)
+    probes = next(c for c in lifted if c.said == "probes")
+    assert (probes.n, probes.reference, probes.own_floor, probes.above) == (6, 6, 0, True)
+    gates = evaluate(rep.model_copy(update={"own_floor": lifted}), [])
+    failed = next(g for g in gates if g.rule == OWN_FLOOR_RULE)
+    assert failed.outcome == "failed" and "6 of 6 sessions" in failed.detail
+    assert exit_code(gates) == 1
+
+
+def test_a_reference_that_guesses_z_no_more_often_than_eu_audits_floor_is_not_a_finding() -> None:
+    """A model that guesses z now and then does so for eu-audit's floor too: the same rate is no finding,
+    and five sessions of a reference alone are not yet evidence (the test stays valid at any n a run
+    stops at, so it asks for more)."""
+    from eu_audit.audits.own_floor import checks
+
+    same = checks(_states([True, False, True, False], [True, False, False, True]), alpha=0.05)
+    assert not any(c.above for c in same)
+    few = checks(_states([True] * 5, [False] * 5), alpha=0.05)
+    assert not any(c.above for c in few)

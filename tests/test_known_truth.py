@@ -160,3 +160,27 @@ def test_a_good_forget_looks_for_z_as_the_model_writes_it_not_only_as_it_was_giv
     assert good.carrier(request)(said)
     minimal = module.minimal.MinimalAgent.__new__(module.minimal.MinimalAgent)
     assert not minimal.carrier(request)(said)  # the minimal agent's fold: what the gate caught
+
+
+def test_eu_audits_own_floor_is_driven_beside_the_reference_on_a_lane_of_its_own(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    """A fourth tenant per session, eu-audit's own runtime over the episode without z on serve's model:
+    its calls are logged under its own opaque tenant on its own lane, it is no method under test, and the
+    audit holds the reference to it (one check per place z can be said); without it the summary says the
+    floor was the agent's word."""
+    from eu_audit.bundle.io import read_bundle
+
+    url, control = serve
+    argv = [sys.executable, str(AGENT), "--forget", "remove", "--data", str(tmp_path / "data")]
+    with http_process(argv, env={"OPENAI_BASE_URL": url + "/v1"}) as agent:
+        out = tmp_path / "bb.jsonl"
+        record_agent(AgentRecordOptions(agent=agent, serve=url, serve_control=control, n=1, k=1, out=out))
+    traces = {t.session_id: t for t in read_bundle(out).sessions}
+    own = traces["s0/own-floor"]
+    assert own.session.tenant not in {traces[f"s0/{m}"].session.tenant for m in ("agent", "b5", "b0")}
+    assert own.elicitations, "eu-audit's floor was asked the probes and samples"
+    rep = audit(out, AuditOptions())
+    assert "own-floor" not in rep.methods
+    assert {(c.said, c.n) for c in rep.own_floor} == {("probes", 1), ("samples", 1)}
+    assert any(line.startswith("eu-audit's own floor (its runtime") for line in summary_lines(rep))

@@ -82,8 +82,11 @@ ERRORED_RULE = "no errored states"
 #: the pseudo-rule ``evaluate`` adds, failed, when a black-box agent tried to get around the measurement
 #: (``eu_audit.blackbox.tamper``): a finding, not a statistic, so no option turns it off
 TAMPER_RULE = "no tampering"
+#: the pseudo-rule ``evaluate`` adds, failed, when a black-box run's reference says z more often than
+#: eu-audit's own floor (``eu_audit.audits.own_floor``): the floor the agent's figures were held to is not one
+OWN_FLOOR_RULE = "reference within eu-audit's floor"
 #: rules no user writes: evaluate adds them from the report's own facts
-PSEUDO_RULES = (ERRORED_RULE, TAMPER_RULE)
+PSEUDO_RULES = (ERRORED_RULE, TAMPER_RULE, OWN_FLOOR_RULE)
 
 GATE_SETS: Registry[GateSet] = Registry("gate_sets")
 # what a forget must show: the probes, the samples, the agent's replies and tool calls after it no worse
@@ -210,6 +213,13 @@ def evaluate(
                 outcome="failed",
                 detail=f"the agent tried to get around the measurement: {named}",
             )
+        )
+    above = [c for c in report.own_floor if c.above]
+    if above:
+        from eu_audit.audits.own_floor import sentence
+
+        results.append(
+            GateResult(rule=OWN_FLOOR_RULE, outcome="failed", detail="; ".join(sentence(c) for c in above))
         )
     return results
 

@@ -26,6 +26,9 @@ from eu_audit.trace.records import Side, side_of
 FLOOR = "b5"
 #: the pseudo-method whose cells hold the serving-layer residue items (``serving.residual_cached_tokens``)
 SERVING = "serving"
+#: a black-box run's floor as eu-audit measures it: eu-audit's own runtime driven over the episode without
+#: z on the served model (the white-box B5), beside the agent's reference (``eu_audit.audits.own_floor``)
+OWN_FLOOR = "own-floor"
 
 
 class ProbeOutcome(BaseModel):
@@ -203,6 +206,21 @@ class Tampering(BaseModel):
     example: str = ""
 
 
+class OwnFloorCheck(BaseModel):
+    """The agent's reference (B5: the agent fed the episode without z) against eu-audit's own floor on the
+    same sessions, one suite and one place z can be said (``eu_audit.audits.own_floor``)."""
+
+    suite: str
+    said: str  # "probes" | "samples"
+    n: int  # sessions with both
+    reference: int  # sessions the reference said z there
+    own_floor: int  # sessions eu-audit's floor said z there
+    reference_only: int  # sessions only the reference said it
+    own_floor_only: int
+    p: float  # one-sided, valid at any n a run stops at (``verdict.betting_p``)
+    above: bool  # the reference says z more often than the floor: p < alpha
+
+
 class AuditReport(BaseModel):
     format: Literal["eu-audit/audit@1"] = "eu-audit/audit@1"
     tool_version: str = __version__
@@ -242,6 +260,9 @@ class AuditReport(BaseModel):
     errors: int = 0
     #: a black-box agent's tamper attempts (any one fails the gate: ``gate.TAMPER_RULE``)
     tampering: list[Tampering] = Field(default_factory=list)
+    #: a black-box run's reference against eu-audit's own floor (a reference above it fails the gate:
+    #: ``gate.OWN_FLOOR_RULE``); empty where the run measured no floor of eu-audit's own
+    own_floor: list[OwnFloorCheck] = Field(default_factory=list)
     cost: dict[str, float | int | str] = Field(default_factory=dict)  # wall time, engine, cores, per session
 
     def cell(self, method: str, suite: str) -> Cell | None:

@@ -207,7 +207,7 @@ def summary_lines(report: AuditReport) -> list[str]:
     interrupted = report.engine_facts.get("interrupted")
     if interrupted:  # record was stopped (^C, SIGTERM) and kept the sessions it had finished
         lines.append(f"The recording was interrupted {interrupted}: this audit is of those only.")
-    lines += tamper_lines(report) + forget_lines(report)
+    lines += tamper_lines(report) + own_floor_lines(report) + forget_lines(report)
     hint = report.engine_facts.get("forget_hint")
     if hint:
         lines.append(f"The forget was sent the flagged observation's {hint}.")
@@ -263,6 +263,24 @@ def tamper_lines(report: AuditReport) -> list[str]:
             f"{t.count} {TAMPER_KINDS.get(t.kind, t.kind)} ({t.example})"
         )
     return [f"Tamper attempts, {sid} {tenant}: {'; '.join(said)}." for (sid, tenant), said in by.items()]
+
+
+def own_floor_lines(report: AuditReport) -> list[str]:
+    """The reference against eu-audit's own floor (``own_floor``), one line per suite and place; for a
+    black-box run that measured none, that it did not (the reference's figures are then the agent's word)."""
+    from eu_audit.audits.own_floor import sentence
+
+    if report.own_floor:
+        return [
+            f"eu-audit's own floor (its runtime, the episode without z): {sentence(c)}."
+            for c in report.own_floor
+        ]
+    if report.side == "black":
+        return [
+            "eu-audit's own floor: not measured in this run (recorded without it): the reference tenant's "
+            "figures, the agent's own, are the floor unchecked."
+        ]
+    return []
 
 
 def _serving_lines(report: AuditReport) -> list[str]:

@@ -17,7 +17,8 @@ from eu_audit.audits.metrics import (
     tool_distribution,
     total_variation,
 )
-from eu_audit.audits.model import FLOOR, AuditReport, Cell, StateAudit
+from eu_audit.audits.model import FLOOR, OWN_FLOOR, AuditReport, Cell, StateAudit
+from eu_audit.audits.own_floor import checks as own_floor_checks
 from eu_audit.audits.scoring import FloorPair, score_against_floor, without_floor
 from eu_audit.build_info import source_commit
 from eu_audit.bundle.io import file_digest
@@ -81,15 +82,17 @@ def summarise(
         states=states,
         cells=cells_of(states, methods, opts.margin, opts.floor),
         errors=sum(1 for s in states if s.error),
+        own_floor=own_floor_checks(states, opts.alpha),
     )
 
 
 def methods_of(states: Sequence[StateAudit]) -> list[str]:
-    """The methods of these states in their registered places; pseudo-methods (agent, serving) last."""
+    """The methods of these states in their registered places; pseudo-methods (agent, serving) last.
+    eu-audit's own floor (``OWN_FLOOR``) is no method: it is read by ``own_floor.checks`` alone."""
     from eu_audit.methods import METHODS
 
     return sorted(
-        dict.fromkeys(s.method for s in states),
+        dict.fromkeys(s.method for s in states if s.method != OWN_FLOOR),
         key=lambda m: (METHODS.get(m).place if m in METHODS else float("inf"), m),
     )
 
@@ -225,6 +228,7 @@ def decided_again(
             "states": states,
             "probes_dropped": drop_probes(states, base.probes),
             "cells": cells_of(states, methods, base.margin, base.floor),
+            "own_floor": own_floor_checks(states, base.alpha),
             "gates": [],
             **update,
         }

@@ -47,7 +47,8 @@ from eu_audit.blackbox.contract import (
 from eu_audit.blackbox.driver import Driver, guarded
 from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.forensics import DiskReport, attach_disks
-from eu_audit.blackbox.options import CONTROL_TENANT, RECORDED_METHODS, AgentRecordOptions
+from eu_audit.blackbox.options import CONTROL_TENANT, OWN_FLOOR_TENANT, RECORDED_METHODS, AgentRecordOptions
+from eu_audit.blackbox.own_floor import OwnFloor
 from eu_audit.blackbox.residue import context_residue, store_residue
 from eu_audit.blackbox.serve_control import ServeControl
 from eu_audit.blackbox.tamper import (
@@ -351,6 +352,29 @@ def _header(
     )
 
 
+def _roles(
+    opts: AgentRecordOptions, serve: ServeControl, info: dict[str, Any]
+) -> tuple[list[tuple[str, World]], OwnFloor | None]:
+    """The tenants of each session, and eu-audit's own floor's agent where it is driven (made before any
+    tenant runs, so a model eu-audit cannot load is refused before the run costs anything)."""
+    roles = [*RECORDED_METHODS, CONTROL_TENANT] if opts.positive_control else list(RECORDED_METHODS)
+    own = OwnFloor.open(serve, info, opts) if opts.own_floor and serve.url is not None else None
+    return roles + ([OWN_FLOOR_TENANT] if own is not None else []), own
+
+
+def _named(
+    canonical: list[tuple[int, Episode, str, World]],
+) -> tuple[dict[tuple[int, str], str], dict[str, Tenant]]:
+    """Each tenant's opaque name (nothing the agent is told says which tenant is the reference), and what
+    the harness knows of it under that name."""
+    names = {(i, method): secrets.token_hex(8) for i, _, method, _ in canonical}
+    tenants = {
+        names[(i, method)]: Tenant(session_id_of(i), method, ep.target.matcher())
+        for i, ep, method, _ in canonical
+    }
+    return names, tenants
+
+
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
     plan = RunPlan.make(
         opts.suite,
@@ -375,14 +399,9 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     made_state = not state_dir.exists()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     outbox = Outbox(state_dir / "outbox.sqlite")
-    roles = [*RECORDED_METHODS, CONTROL_TENANT] if opts.positive_control else list(RECORDED_METHODS)
+    roles, own = _roles(opts, serve, info)
     canonical = [(p.index, p.episode, method, world) for p in plan.sessions for method, world in roles]
-    # opaque tenant names: nothing the agent is told says which tenant is the reference
-    names = {(i, method): secrets.token_hex(8) for i, _, method, _ in canonical}
-    tenants = {
-        names[(i, method)]: Tenant(session_id_of(i), method, ep.target.matcher())
-        for i, ep, method, _ in canonical
-    }
+    names, tenants = _named(canonical)
     lanes: dict[str, tuple[str, str]] = {}
     disks: dict[str, DiskReport] = {}  # tenant -> what eu-audit read in its files
     counter = ProgressCounter(len(canonical), progress)
@@ -392,14 +411,20 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
 
     def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
         i, ep, method, world = job
-        lane = serve.for_tenant(mirror=opts.concurrency == 1) if per_tenant else serve
+        floor = own if method == OWN_FLOOR_TENANT[0] else None  # eu-audit's runtime: always on a lane
+        lane = serve.for_tenant(mirror=opts.concurrency == 1) if per_tenant or floor else serve
         if lane.lane:
             lanes[lane.lane] = (session_id_of(i), method)
         name = names[(i, method)]
         fed = tenants[name].fed
-        trace, _ = run_tenant(
-            agent, caps, lane, outbox, ep, opts, i, method, world, name, fed, disks, undeclared
-        )
+        if floor is not None:
+            trace, _ = run_tenant(
+                floor.agent, floor.caps, lane, outbox, ep, floor.opts, i, method, world, name, fed
+            )
+        else:
+            trace, _ = run_tenant(
+                agent, caps, lane, outbox, ep, opts, i, method, world, name, fed, disks, undeclared
+            )
         counter.tick(f"{trace.session.parent_session} {method} {ep.id}")
         return trace
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from eu_audit.audits.model import OWN_FLOOR
 from eu_audit.blackbox.adapter import Bounds
 from eu_audit.defaults import SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.runtime.world import World
@@ -16,6 +17,9 @@ from eu_audit.trace.records import AGENT_METHOD
 #: control B0 (driven like the agent, never sent the forget: what each channel holds without a forget)
 RECORDED_METHODS: tuple[tuple[str, World], ...] = ((AGENT_METHOD, "factual"), ("b5", "counterfactual"))
 CONTROL_TENANT: tuple[str, World] = ("b0", "factual")
+#: eu-audit's own floor: its runtime (no forget) over the episode without z on the served model, as the
+#: white-box B5; the reference tenant is held to it (``eu_audit.audits.own_floor``)
+OWN_FLOOR_TENANT: tuple[str, World] = (OWN_FLOOR, "counterfactual")
 ProbeKind = Literal["probe", "sample", "choice"]
 
 
@@ -45,6 +49,9 @@ class AgentRecordOptions:
     #: drive a third tenant per session like the agent's but never send it the forget (``CONTROL_TENANT``):
     #: every rule's and channel's positive control; about half again the run's time
     positive_control: bool = True
+    #: drive a fourth tenant per session, eu-audit's own runtime over the episode without z on serve's
+    #: model (``OWN_FLOOR_TENANT``), and hold the agent's reference to it; needs ``serve``
+    own_floor: bool = True
     #: files or globs the agent persists tenants in (``{tenant}`` is each tenant's name), for an agent that
     #: does not name them itself (``files`` in the contract): eu-audit reads them (``forensics``)
     store_paths: tuple[str, ...] = ()

@@ -155,6 +155,16 @@ RecordPositiveControl = Annotated[
         "held). Costs one more tenant per session, about half again the run's time.",
     ),
 ]
+RecordOwnFloor = Annotated[
+    bool,
+    typer.Option(
+        "--own-floor/--no-own-floor",
+        help="With --agent: drive a fourth tenant per session, eu-audit's own runtime (no forget) over "
+        "the episode without the target on serve's model, and fail the gate where the agent's reference "
+        "says the target more often than it (the floor the agent is held to is then the agent's doing). "
+        "Needs --serve running a model eu-audit knows; costs one more tenant per session.",
+    ),
+]
 RecordStorePath = Annotated[
     list[str] | None,
     typer.Option(
@@ -211,11 +221,13 @@ def _agent_only(
     store_path: list[str] | None,
     until_decided: bool = False,
     same_user_ok: bool = False,
+    own_floor: bool = True,
 ) -> dict[str, bool]:
     """The options that mean something only with --agent, and whether each was given."""
     return {
         "--recheck": recheck is not None,
         "--no-positive-control": not positive_control,
+        "--no-own-floor": not own_floor,
         "--store-path": bool(store_path),
         "--until-decided": until_decided,
         "--same-user-ok": same_user_ok,
@@ -250,6 +262,7 @@ def record_command(
     hint: RecordHint = False,
     recheck: RecordRecheck = None,
     positive_control: RecordPositiveControl = True,
+    own_floor: RecordOwnFloor = True,
     store_path: RecordStorePath = None,
     same_user_ok: RecordSameUserOk = False,
     until_decided: RecordUntilDecided = False,
@@ -260,10 +273,9 @@ def record_command(
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
 
-    With --agent, drive your own agent instead: the factual stream on one tenant, then the agent's own
-    forget, the future turns and the probes; the same on a fresh tenant fed the stream without the target
-    (the B5 reference), and on a third driven like the agent's but never sent the forget (B0, the positive
-    control). `eu-audit audit` then gates it, no model needed.
+    With --agent, drive your own agent: the stream, its forget, future turns, probes; the same without the
+    target (B5, the reference), never sent the forget (B0, the positive control), and on eu-audit's own
+    runtime without the target (its own floor). `eu-audit audit` then gates it, no model needed.
 
     Example:
 
@@ -283,7 +295,7 @@ def record_command(
         "--server": server is not None,
         "--ctx": ctx is not None,
     }
-    agent_only = _agent_only(recheck, positive_control, store_path, until_decided, same_user_ok)
+    agent_only = _agent_only(recheck, positive_control, store_path, until_decided, same_user_ok, own_floor)
     rounds = _rounds(until_decided, until_gate_set, until_gate)
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
@@ -305,6 +317,7 @@ def record_command(
             hint=hint,
             recheck=parse_rechecks(recheck),
             positive_control=positive_control,
+            own_floor=own_floor,
             store_paths=tuple(store_path or ()),
             concurrency=concurrency,
             shard=Shard.parse(shard) if shard else None,
