@@ -170,7 +170,8 @@ def test_a_chat_answer_streams_while_it_decodes_and_its_deltas_join_to_the_non_s
     tmp_path: Path,
 ) -> None:
     """On a real model (SmolLM2-135M, llama.cpp): the content arrives in several deltas before the answer
-    ends (the log says the stream was live), and joined they are the non-streamed answer exactly."""
+    ends (the log says the stream was live), and joined they are the non-streamed answer exactly; the
+    same for a response (the Responses API) and a message (the Messages API)."""
     from eu_audit.models import FAST_MODEL
 
     log = tmp_path / "serve.jsonl"
@@ -182,11 +183,53 @@ def test_a_chat_answer_streams_while_it_decodes_and_its_deltas_join_to_the_non_s
         chunks = list(client(url).chat.completions.create(**kw, stream=True))
         entry = last_entry(log)
         whole = client(url).chat.completions.create(**kw)
+        # the Responses API and the Messages API stream the same way, each in its own events, through the
+        # official clients (another subject each: nothing is answered again from an earlier request)
+        got = [responses_live(url, log, "the moon"), messages_live(url, log, "the wind")]
     deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert "".join(deltas) == whole.choices[0].message.content
     assert entry["streamed"]["live"] and "diverged" not in entry, entry.get("streamed")
     assert len(deltas) >= 2, deltas  # sent as it was decoded, not in one piece at the end
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    for api, (streamed, live, text, final) in zip(("responses", "messages"), got, strict=True):
+        assert live["streamed"]["live"] and "diverged" not in live, (api, live.get("streamed"))
+        assert len(streamed) >= 2 and "".join(streamed) == text == final, (api, streamed, text)
+
+
+def responses_live(url: str, log: Path, subject: str) -> tuple[list[str], dict, str, str]:
+    """A response streamed (the openai client's event stream), its log entry, the same response not
+    streamed, and the streamed one's final text; its id and item id are the ones its first events named."""
+    prompt = f"Write three sentences about {subject}."
+    kw: dict[str, Any] = {"model": "any", "input": prompt, "max_output_tokens": 48, "store": False}
+    events = list(client(url).responses.create(**kw, stream=True))
+    entry = last_entry(log)
+    whole = client(url).responses.create(**kw)
+    names = [e.type for e in events]
+    assert names[:2] == ["response.created", "response.in_progress"]
+    assert names[-1] in ("response.completed", "response.incomplete")  # 48 tokens may cut it
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    done = events[-1].response
+    assert done.id == events[0].response.id and done.output[0].id == events[2].item.id
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    return deltas, entry, whole.output_text, done.output_text
+
+
+def messages_live(url: str, log: Path, subject: str) -> tuple[list[str], dict, str, str]:
+    """A message streamed (the anthropic client's event stream), its log entry, the same message not
+    streamed, and the streamed one's final text."""
+    prompt = f"Write three sentences about {subject}."
+    kw: dict[str, Any] = {"model": "any", "max_tokens": 48, "messages": [{"role": "user", "content": prompt}]}
+    with anthropic_client(url).messages.stream(**kw) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    entry = last_entry(log)
+    whole = anthropic_client(url).messages.create(**kw)
+    deltas = [
+        e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"
+    ]
+    assert events[0].type == "message_start" and events[0].message.id == final.id
+    assert final.usage.input_tokens == whole.usage.input_tokens > 0
+    return deltas, entry, whole.content[0].text, final.content[0].text
 
 
 # --- the Responses API and the Messages API -----------------------------------------------------------

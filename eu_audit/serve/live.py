@@ -1,18 +1,22 @@
-"""Streamed answers as HTTP responses: a chat completion token by token while the model decodes it
-(``live_chat``), and any route's whole answer as its API's events (``streamed_response``).
+"""Streamed answers as HTTP responses: a chat completion, a response or a message token by token while the
+model decodes it (``live_events``, in each API's frames), and any route's whole answer as its API's events
+(``streamed_response``).
 
-A streamed chat request is decoded by the same handler as any other (the same pinned decoding, lane, mark,
-bounds and deadline); while it decodes, the text decoded so far is sent as ``chat.completion.chunk``
-content deltas, and when it ends the rest follows (the text not sent yet, the tool calls, the finish
-reason, the usage where asked). What is sent early is only what cannot change: the decoded text up to the
-first character that may open a tool call's markup or a JSON value (``HOLD_FROM``), without trailing
-spaces (the answer is stripped) or a character still incomplete. So the deltas joined are the answer's
-content character for character, as without ``stream`` (``tests/test_serve_apis.py`` holds it); an answer
-whose text would not extend what was sent is logged ``diverged`` (never seen; a test fails on it).
+A streamed chat, Responses or Messages request is decoded by the same handler as any other (the same
+pinned decoding, lane, mark, bounds and deadline); while it decodes, the text decoded so far is sent as
+its API's deltas (``chat.completion.chunk`` content, ``response.output_text.delta``,
+``content_block_delta``), and when it ends the rest follows (the text not sent yet, the tool calls, the
+finish reason, the usage where asked). What is sent early is only what cannot change: the decoded text up
+to the first character that may open a tool call's markup or a JSON value (``HOLD_FROM``), without
+trailing spaces (the answer is stripped) or a character still incomplete. So the deltas joined are the
+answer's content character for character, as without ``stream`` (``tests/test_serve_apis.py`` holds it);
+an answer whose text would not extend what was sent is logged ``diverged`` (never seen; a test fails on
+it). A response's and a message's ids are made before they decode, so the first events name the ids the
+whole answer has.
 
 A reply held to a format, a forced call, or an answer given again (``serve.reuse``) has no decoding to
-watch: it is sent as events once it is whole (``serve.stream``). The Responses and Messages APIs stream
-that way too. The log entry is written when the stream ends, with how many events reached the client.
+watch: it is sent as events once it is whole (``serve.stream``). The log entry is written when the stream
+ends, with how many events reached the client.
 """
 
 from __future__ import annotations
@@ -39,62 +43,226 @@ def stable_text(backend: Backend, ids: Sequence[int]) -> str:
     return text[:cut].rstrip().rstrip("\ufffd").rstrip()
 
 
-async def live_chat(
+Event = tuple[str | None, Any]
+
+
+class ChatFrames:
+    """OpenAI's ``chat.completion.chunk`` stream: the role first, content deltas, then the rest of the
+    whole answer (text not sent yet, tool calls, the finish reason, the usage where asked), ``[DONE]``."""
+
+    def __init__(self, backend: Backend, call: Call) -> None:
+        self.call = call
+        self.head = {"id": f"chatcmpl-{backend.requests}", "object": "chat.completion.chunk"}
+        self.head["model"] = backend.model_name
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> Event:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return None, self.head | {"choices": [choice]}
+
+    def start(self) -> list[Event]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def first_text(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> Event:
+        return self._chunk({"content": text})
+
+    @staticmethod
+    def text_of(resp: dict[str, Any]) -> str:
+        return str(resp["choices"][0]["message"].get("content") or "")
+
+    def finish(self, resp: dict[str, Any], rest: str, opened: bool) -> list[Event]:
+        choice = resp["choices"][0]
+        out = [self.delta(rest)] if rest else []
+        for i, tool_call in enumerate(choice["message"].get("tool_calls") or []):
+            out.append(self._chunk({"tool_calls": [{"index": i, **tool_call}]}))
+        out.append(self._chunk({}, choice["finish_reason"]))
+        if self.call.stream:  # stream_options.include_usage
+            out.append((None, self.head | {"choices": [], "usage": resp.get("usage")}))
+        return [*out, (None, "[DONE]")]
+
+    def error(self, message: str) -> Event:
+        return None, {"error": {"message": message, "type": "server_error"}}
+
+
+class ResponseFrames:
+    """The Responses API's typed events: created and in progress at once; the message item and its text
+    part opened with the first text; ``output_text.delta`` events; then the whole response's events
+    (``responses_api.response_events``) less those already sent, the text not sent yet as one delta.
+    Every event is numbered in the order sent (``sequence_number``)."""
+
+    def __init__(self, call: Call) -> None:
+        self.skeleton = call.opening["object"] | {"status": "in_progress", "output": [], "usage": None}
+        self.mid = call.opening["ids"]["message"]
+        self.n = 0
+
+    def _ev(self, name: str, data: dict[str, Any]) -> Event:
+        self.n += 1
+        return name, {"type": name, "sequence_number": self.n - 1, **data}
+
+    def start(self) -> list[Event]:
+        return [
+            self._ev("response.created", {"response": self.skeleton}),
+            self._ev("response.in_progress", {"response": self.skeleton}),
+        ]
+
+    def first_text(self) -> list[Event]:
+        item = {
+            "type": "message",
+            "id": self.mid,
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
+        part = {"type": "output_text", "text": "", "annotations": []}
+        at = {"item_id": self.mid, "output_index": 0, "content_index": 0}
+        return [
+            self._ev("response.output_item.added", {"output_index": 0, "item": item}),
+            self._ev("response.content_part.added", at | {"part": part}),
+        ]
+
+    def delta(self, text: str) -> Event:
+        at = {"item_id": self.mid, "output_index": 0, "content_index": 0}
+        return self._ev("response.output_text.delta", at | {"delta": text, "logprobs": []})
+
+    @staticmethod
+    def text_of(resp: dict[str, Any]) -> str:
+        first = resp["output"][0] if resp["output"] else {}
+        return str(first["content"][0]["text"]) if first.get("type") == "message" else ""
+
+    def finish(self, resp: dict[str, Any], rest: str, opened: bool) -> list[Event]:
+        from eu_audit.serve.responses_api import response_events
+
+        whole = response_events(resp)[2:]  # created and in progress were sent first
+        return [self._ev(str(name), _unnumbered(d)) for name, d in _less_sent(whole, rest, opened, self)]
+
+    def error(self, message: str) -> Event:
+        return self._ev("error", {"code": "server_error", "message": message, "param": None})
+
+
+class MessageFrames:
+    """Anthropic's Messages events: ``message_start`` at once; the text block opened with the first
+    text; ``text_delta`` events; then the whole message's events (``messages_api.message_events``) less
+    those already sent, the text not sent yet as one delta."""
+
+    def __init__(self, call: Call) -> None:
+        usage = {"input_tokens": call.prompt_tokens, "output_tokens": 0}
+        self.skeleton = call.opening["object"] | {"stop_reason": None, "content": []}
+        self.skeleton["usage"] = self.skeleton["usage"] | usage
+
+    def start(self) -> list[Event]:
+        return [("message_start", {"type": "message_start", "message": self.skeleton})]
+
+    def first_text(self) -> list[Event]:
+        block = {"type": "text", "text": ""}
+        return [("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})]
+
+    def delta(self, text: str) -> Event:
+        delta = {"type": "text_delta", "text": text}
+        return "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+
+    @staticmethod
+    def text_of(msg: dict[str, Any]) -> str:
+        first = msg["content"][0] if msg["content"] else {}
+        return str(first.get("text") or "") if first.get("type") == "text" else ""
+
+    def finish(self, msg: dict[str, Any], rest: str, opened: bool) -> list[Event]:
+        from eu_audit.serve.messages_api import message_events
+
+        return _less_sent(message_events(msg)[1:], rest, opened, self)  # message_start was sent first
+
+    def error(self, message: str) -> Event:
+        return "error", {"type": "error", "error": {"type": "api_error", "message": message}}
+
+
+Frames = ChatFrames | ResponseFrames | MessageFrames
+#: the first block's text deltas and its opening, by API (the events a live stream sent already)
+_OPENING = {"response.output_item.added", "response.content_part.added", "content_block_start"}
+_TEXT_DELTA = {"response.output_text.delta", "content_block_delta"}
+_TEXT_DONE = {"response.output_text.done", "content_block_stop"}
+
+
+def _first_block(data: dict[str, Any]) -> bool:
+    return data.get("output_index", data.get("index")) == 0
+
+
+def _unnumbered(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in ("type", "sequence_number")}
+
+
+def _less_sent(whole: list[Event], rest: str, opened: bool, frames: Frames) -> list[Event]:
+    """The whole answer's events after its stream's first (sent already): where its text block was
+    opened live, the block's opening and text deltas left out and the text not sent yet put in as one
+    delta before the block's text ends."""
+    if not opened:
+        return whole
+    out: list[Event] = []
+    for name, data in whole:
+        first = _first_block(data)
+        if first and name in _OPENING | _TEXT_DELTA:  # the text block, opened live: its text is sent
+            continue
+        if first and name in _TEXT_DONE and rest:
+            d = frames.delta(rest)
+            out.append(d if isinstance(frames, MessageFrames) else (d[0], _unnumbered(d[1])))
+            if isinstance(frames, ResponseFrames):
+                frames.n -= 1  # numbered again with the rest, in the order sent
+        out.append((name, data))
+    return out
+
+
+def frames_for(endpoint: str, backend: Backend, call: Call) -> Frames:
+    from eu_audit.serve.fields import MESSAGES, RESPONSES
+
+    if endpoint == RESPONSES:
+        return ResponseFrames(call)
+    if endpoint == MESSAGES:
+        return MessageFrames(call)
+    return ChatFrames(backend, call)
+
+
+async def live_events(
     backend: Backend,
     work: asyncio.Future[Any],
     call: Call,
     log: Callable[[int, str], None],
+    frames: Frames,
 ) -> AsyncIterator[bytes]:
-    """The events of a chat request decoding in ``work``: deltas while it decodes, then the rest.
-    ``log(status, error)`` writes the request's log entry once, however the stream ends."""
-    head = {
-        "id": f"chatcmpl-{backend.requests}",
-        "object": "chat.completion.chunk",
-        "model": backend.model_name,
-    }
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return event(None, head | {"choices": [choice]})
-
-    sent, events, status, error, complete = "", 0, 200, "", False
+    """The events of a request decoding in ``work``, in its API's frames: its opening, text deltas while
+    it decodes, then the rest of the whole answer. ``log(status, error)`` writes the request's log entry
+    once, however the stream ends."""
+    sent, events, status, error, complete, opened = "", 0, 200, "", False, False
     try:
-        yield chunk({"role": "assistant", "content": ""})
-        events += 1
+        for name, data in frames.start():
+            yield event(name, data)
+            events += 1
         while not work.done():
             await asyncio.wait({work}, timeout=POLL_S)
             now = stable_text(backend, call.live)
             if len(now) > len(sent) and now.startswith(sent):
-                yield chunk({"content": now[len(sent) :]})
-                events, sent = events + 1, now
+                more = [] if opened else frames.first_text()
+                for name, data in [*more, frames.delta(now[len(sent) :])]:
+                    yield event(name, data)
+                events, sent, opened = events + len(more) + 1, now, True
         try:
             resp = work.result()
         except Refused as exc:  # the answer failed after the stream began: said in the stream, and logged
             status, error = exc.status, exc.message
-            yield event(None, {"error": {"message": exc.message, "type": "server_error"}})
+            yield event(*frames.error(exc.message))
             return
-        choice = resp["choices"][0]
-        msg = choice["message"]
-        content = msg.get("content") or ""
+        content = frames.text_of(resp)
         if not content.startswith(sent):
             call.log["diverged"] = True  # never expected: the early text was not the answer's beginning
         rest = content[len(sent) :] if content.startswith(sent) else content
-        if rest:
-            yield chunk({"content": rest})
+        tail = frames.finish(resp, rest, opened)
+        for name, data in tail[:-1]:
+            yield event(name, data)
             events += 1
-        for i, tool_call in enumerate(msg.get("tool_calls") or []):
-            yield chunk({"tool_calls": [{"index": i, **tool_call}]})
-            events += 1
-        yield chunk({}, choice["finish_reason"])
-        events += 1
-        if call.stream:  # stream_options.include_usage
-            yield event(None, head | {"choices": [], "usage": resp.get("usage")})
-            events += 1
-        # logged before the last event: a client that has read [DONE] finds the entry written
+        # logged before the last event: a client that has read the stream's end finds the entry written
         complete = True
         call.log["streamed"] = {"events": events + 1, "sent": events + 1, "live": True}
         log(status, error)
-        yield event(None, "[DONE]")
+        yield event(*tail[-1])
     finally:
         if not complete:
             if status == 200:  # the client left: decoding (if any is left) stops at once
@@ -105,12 +273,13 @@ async def live_chat(
 
 
 def live_response(
-    backend: Backend, work: asyncio.Future[Any], call: Call, log: Callable[[int, str], None]
+    backend: Backend, work: asyncio.Future[Any], call: Call, log: Callable[[int, str], None], endpoint: str
 ) -> Any:
-    """``live_chat``'s events as the HTTP response."""
+    """``live_events``' events as the HTTP response, in ``endpoint``'s API."""
     from fastapi.responses import StreamingResponse
 
-    return StreamingResponse(live_chat(backend, work, call, log), media_type="text/event-stream")
+    frames = frames_for(endpoint, backend, call)
+    return StreamingResponse(live_events(backend, work, call, log, frames), media_type="text/event-stream")
 
 
 def streamed_response(

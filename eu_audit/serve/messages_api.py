@@ -130,8 +130,12 @@ def chat_of_messages(req: MessagesRequest) -> dict[str, Any]:
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
-def message_object(chat: dict[str, Any]) -> dict[str, Any]:
-    """A ``chat.completion`` as Anthropic's ``message``."""
+def new_id() -> str:
+    return f"msg_{secrets.token_hex(12)}"
+
+
+def message_object(chat: dict[str, Any], mid: str = "") -> dict[str, Any]:
+    """A ``chat.completion`` as Anthropic's ``message`` (``mid``: its id, made before it decoded)."""
     choice = chat["choices"][0]
     msg = choice["message"]
     content: list[dict[str, Any]] = []
@@ -148,7 +152,7 @@ def message_object(chat: dict[str, Any]) -> dict[str, Any]:
     usage = chat.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
     return {
-        "id": f"msg_{secrets.token_hex(12)}",
+        "id": mid or new_id(),
         "type": "message",
         "role": "assistant",
         "model": chat.get("model"),

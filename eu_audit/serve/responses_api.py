@@ -165,15 +165,23 @@ def chat_of_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> dic
     return body
 
 
-def response_object(chat: dict[str, Any], req: ResponsesRequest) -> dict[str, Any]:
-    """A ``chat.completion`` as the Responses API's ``response``."""
+def new_ids() -> dict[str, str]:
+    """A response's id and its message item's, made before it decodes (a live stream names both first)."""
+    return {"response": f"resp_{secrets.token_hex(12)}", "message": f"msg_{secrets.token_hex(8)}"}
+
+
+def response_object(
+    chat: dict[str, Any], req: ResponsesRequest, ids: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A ``chat.completion`` as the Responses API's ``response`` (``ids``: its own and its message's)."""
     choice = chat["choices"][0]
     msg = choice["message"]
-    rid = f"resp_{secrets.token_hex(12)}"
+    ids = ids or new_ids()
+    rid = ids["response"]
     output: list[dict[str, Any]] = []
     if msg.get("content"):
         text = {"type": "output_text", "text": msg["content"], "annotations": []}
-        mid = f"msg_{secrets.token_hex(8)}"
+        mid = ids["message"]
         output.append(
             {"type": "message", "id": mid, "status": "completed", "role": "assistant", "content": [text]}
         )

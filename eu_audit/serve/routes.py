@@ -37,6 +37,9 @@ from eu_audit.serve.fields import CHAT, COMPLETIONS, MESSAGES, RESPONSES, check_
 from eu_audit.serve.reply_shape import call_shape, format_shape, hold
 from eu_audit.serve.surface import _CLOSE, Call, Surface
 
+#: the routes whose text is sent while it decodes (``serve.live``); completions send it whole
+LIVE = (CHAT, RESPONSES, MESSAGES)
+
 
 def _usage(prompt: int, cached: int | None, completion: int) -> dict[str, Any]:
     usage: dict[str, Any] = {
@@ -105,9 +108,9 @@ class Routes(Surface):
             work = asyncio.ensure_future(asyncio.to_thread(handler, raw, call))
             while not work.done():
                 await asyncio.wait({work}, timeout=0.05)  # a streamed answer's decoding is noticed at once
-                if call.decoding.is_set() and endpoint == CHAT and not work.done():
+                if call.decoding.is_set() and endpoint in LIVE and not work.done():
                     handed_on = True  # streamed as it decodes; logged when the stream ends
-                    return self._live(work, call, lane, t0)
+                    return self._live(work, call, lane, t0, endpoint)
                 if not work.done() and await _disconnected(request):
                     call.gone.set()
             result = work.result()
@@ -148,13 +151,14 @@ class Routes(Surface):
             **call.log,
         )
 
-    def _live(self, work: asyncio.Future[Any], call: Call, lane: str, t0: float) -> Any:
-        """A chat answer streamed while it decodes (``eu_audit.serve.live``), logged when the stream ends."""
+    def _live(self, work: asyncio.Future[Any], call: Call, lane: str, t0: float, endpoint: str) -> Any:
+        """An answer streamed while it decodes (``eu_audit.serve.live``), logged when the stream ends."""
         from eu_audit.serve.live import live_response
 
-        return live_response(
-            self.backend, work, call, lambda status, error: self._log(call, CHAT, status, error, t0, lane)
-        )
+        def log(status: int, error: str) -> None:
+            self._log(call, endpoint, status, error, t0, lane)
+
+        return live_response(self.backend, work, call, log, endpoint)
 
     def _streamed(self, endpoint: str, result: dict[str, Any], call: Call, lane: str, t0: float) -> Any:
         """The whole answer as server-sent events (``eu_audit.serve.stream``), logged when the stream ends
@@ -229,7 +233,10 @@ class Routes(Surface):
         if req.previous_response_id:
             call.log["previous_response_id"] = req.previous_response_id
         chat = self._as_chat(RESPONSES, api.chat_of_request(req, history))
-        resp = api.response_object(self._answer_chat(chat, call), req)
+        ids = api.new_ids()  # named before it decodes: a live stream opens with them (serve.live)
+        empty = {"choices": [{"message": {}}], "model": self.backend.model_name}
+        call.opening = {"ids": ids, "object": api.response_object(empty, req, ids)}
+        resp = api.response_object(self._answer_chat(chat, call), req, ids)
         if req.store:
             said = [m.model_dump(exclude_none=True) for m in chat.messages]
             self.stored.put(lane, resp["id"], api.conversation_after(said, resp, bool(req.instructions)))
@@ -241,7 +248,15 @@ class Routes(Surface):
         req: api.MessagesRequest = self._parse(raw, api.MessagesRequest, call)
         check_fields(MESSAGES, req.model_dump(exclude_unset=True))
         call.stream = True if req.stream else None
-        return api.message_object(self._answer_chat(self._as_chat(MESSAGES, api.chat_of_messages(req)), call))
+        mid = api.new_id()  # named before it decodes: a live stream opens with it (serve.live)
+        call.opening = {
+            "object": api.message_object(
+                {"choices": [{"message": {}}], "model": self.backend.model_name}, mid
+            )
+        }
+        return api.message_object(
+            self._answer_chat(self._as_chat(MESSAGES, api.chat_of_messages(req)), call), mid
+        )
 
     def _answer_chat(self, req: ChatRequest, call: Call) -> dict[str, Any]:
         """A chat request answered (the one handler every chat-shaped API shares), as a chat.completion."""
@@ -287,6 +302,7 @@ class Routes(Surface):
             constraint = hold(b.structured, shape, call.log)
         except BadInput as exc:
             raise Refused(400, str(exc)) from None
+        call.prompt_tokens = sum(map(len, segs))
         ids, cached, prompt_n, finish = self._decode(segs, budget, sampling, constraint, bool(forced), call)
         body = forced + ids
         # a JSON reply is content, whatever keys it has; it never holds a call's markup

@@ -68,6 +68,10 @@ class Call:
     #: set when a streamed chat request starts decoding text that may be sent as it comes (``serve.live``)
     decoding: threading.Event = field(default_factory=threading.Event)
     live: list[int] = field(default_factory=list)  # the tokens decoded so far, while ``decoding``
+    #: what a streamed Responses or Messages answer opens with before its text is known (``serve.live``):
+    #: the API object's ids and skeleton, set by the route before it decodes
+    opening: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0  # the prompt's length, known before decoding (a Messages stream's first event)
 
     @property
     def lane_name(self) -> str:
