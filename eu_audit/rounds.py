@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from eu_audit.audits.model import GateResult
 from eu_audit.audits.stopping import Stop, sessions_schedule, should_stop
@@ -22,7 +23,7 @@ from eu_audit.blackbox.facts import AgentRunFacts, StoppedFacts
 from eu_audit.blackbox.options import AgentRecordOptions
 from eu_audit.bundle.io import read_bundle, write_bundle
 from eu_audit.defaults import ALPHA, MARGIN
-from eu_audit.errors import BadInput
+from eu_audit.errors import BadInput, RunFailed
 from eu_audit.jsonl import check_output_path
 from eu_audit.plan import RunPlan
 from eu_audit.progress import Progress
@@ -104,12 +105,17 @@ def record_until_decided(
             round_opts = dataclasses.replace(
                 opts, out=parts[r - 1], force=True, only=only, state_dir=plan.state_dir, n=max_n
             )
-            from eu_audit.blackbox.drive import record_agent
+            from eu_audit.blackbox.drive import Interrupted, record_agent
 
-            record_agent(round_opts, progress)
-            written.append(parts[r - 1])
-            current = _join(written, joined)
-            stop = should_stop(gate.decide(current), m, max_n)
+            try:
+                record_agent(round_opts, progress)
+                written.append(parts[r - 1])
+                current = _join(written, joined)
+                stop = should_stop(gate.decide(current), m, max_n)
+            except (Interrupted, KeyboardInterrupt) as exc:  # ^C, SIGTERM: the sessions done are kept
+                if isinstance(exc, Interrupted) and exc.out is not None:
+                    written.append(parts[r - 1])
+                _keep_interrupted(written, joined, plan.out, f"in round {r} of {len(schedule)}")
             done = m
             if stop is not None:
                 break
@@ -121,6 +127,21 @@ def record_until_decided(
             if p != plan.out:
                 p.unlink(missing_ok=True)
     return bundle, plan.out, stop
+
+
+def _keep_interrupted(written: list[Path], joined: Path, out: Path, when: str) -> NoReturn:
+    """The sessions of the rounds recorded before an interruption (the last one's finished sessions
+    too), joined into ``out`` under a header marked interrupted; then the run fails (exit 3)."""
+    if not written:
+        raise RunFailed(f"interrupted {when}, before its first session was recorded; nothing was written")
+    bundle = read_bundle(_join(written, joined))
+    n = len({s.session.parent_session for s in bundle.sessions})
+    bundle.header.engine_facts["interrupted"] = f"{when}, after {n} session(s)"
+    write_bundle(out, Bundle(header=bundle.header, sessions=bundle.sessions, path=out).records())
+    raise RunFailed(
+        f"interrupted {when}: the {n} session(s) recorded are in {out}, its header marked interrupted (an "
+        "audit of it says so, and decides nothing the rounds had not); record again with --force"
+    )
 
 
 def _join(parts: Sequence[Path], joined: Path) -> Path:

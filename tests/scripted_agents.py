@@ -483,3 +483,22 @@ class FloorLifter(NotebookAgent):
 
 def floor_lifter() -> FloorLifter:
     return FloorLifter()
+
+
+class InterruptedAgent(NotebookAgent):
+    """The thorough notebook, whose host is stopped (^C, SIGTERM) as the second session begins: when a
+    fifth tenant is reset (a session's three tenants and the agent's bystander come first)."""
+
+    def __init__(self) -> None:
+        super().__init__(thorough=True)
+        self.seen: set[str] = set()
+
+    def reset(self, tenant: str) -> None:
+        self.seen.add(tenant)
+        if len(self.seen) > 4:
+            raise KeyboardInterrupt
+        super().reset(tenant)
+
+
+def interrupted() -> InterruptedAgent:
+    return InterruptedAgent()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eu_audit.audit import AuditOptions, audit
 from eu_audit.audits.gate import TAMPER_RULE, evaluate, exit_code, expand_gate_sets
 from eu_audit.audits.model import read_report
@@ -114,3 +116,34 @@ def test_a_reference_that_guesses_z_no_more_often_than_eu_audits_floor_is_not_a_
     assert not any(c.above for c in same)
     few = checks(_states([True] * 5, [False] * 5), alpha=0.05)
     assert not any(c.above for c in few)
+
+
+def test_an_interrupted_black_box_run_keeps_its_whole_sessions_marked_interrupted_and_exits_3(
+    tmp_path: Path,
+) -> None:
+    """^C or SIGTERM while the second session runs: the first session, every tenant of it finished, is
+    written as a bundle whose header says the run was interrupted (the audit says so too), and the
+    command fails (exit 3) naming the file; the same in rounds (``--until-decided``)."""
+    from tests.helpers import run_cli
+
+    out = tmp_path / "bb.jsonl"
+    got = run_cli("record", "--agent", "tests.scripted_agents:interrupted", "--n", "2", "-o", str(out))
+    assert got.returncode == 3, got.stdout + got.stderr
+    assert "interrupted after 1 of 2 session(s)" in got.stdout + got.stderr and str(out) in got.stderr
+    bundle = read_bundle(out)
+    assert {t.session.parent_session for t in bundle.sessions} == {"s0"}
+    assert bundle.header.engine_facts["interrupted"] == "after 1 of 2 session(s)"
+    assert "The recording was interrupted after 1 of 2 session(s)" in run_cli("audit", str(out)).stdout
+    # in rounds: each round opens the agent again, so it is stopped in round 3 (s2 done, s3 begun); the
+    # rounds before are kept with it. One rule no n below 29 decides keeps the rounds going
+    from eu_audit.errors import RunFailed
+    from eu_audit.rounds import Gate, record_until_decided
+
+    rounds = tmp_path / "rounds.jsonl"
+    opts = AgentRecordOptions(agent="tests.scripted_agents:interrupted", suite="builtin", n=4, out=rounds)
+    with pytest.raises(RunFailed, match="interrupted in round 3 of 3"):
+        record_until_decided(opts, Gate((), ("agent.leak_probes<=floor",)))
+    kept = read_bundle(rounds)
+    assert kept.header.engine_facts["interrupted"] == "in round 3 of 3, after 3 session(s)"
+    assert {t.session.parent_session for t in kept.sessions} == {"s0", "s1", "s2"}
+    assert not list(tmp_path.glob("rounds.round-*")), "each round's own file is removed"

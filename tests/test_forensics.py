@@ -346,7 +346,9 @@ def test_a_deleted_embedding_left_in_its_vector_chunk_is_found_and_one_zeroed_is
     )
     # sqlite-vec as installed zeroes the deleted slot: nothing of z is left in the chunk
     clean = _vec0_db(tmp_path, made)
-    counts, examples, unread = read_files([clean], TargetMatcher.of("12 Linden Street"), embed=_embed).counts()
+    counts, examples, unread = read_files(
+        [clean], TargetMatcher.of("12 Linden Street"), embed=_embed
+    ).counts()
     assert unread == {} and counts["vectors"] == 0, examples
     # releases before the fix cleared the validity bit and left the bytes: the slot put back as they left it
     import struct

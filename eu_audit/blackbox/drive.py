@@ -61,7 +61,7 @@ from eu_audit.blackbox.undeclared import UndeclaredFiles
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.episodes import Episode, Phase, Step
-from eu_audit.errors import BadInput
+from eu_audit.errors import BadInput, RunFailed
 from eu_audit.parallel import in_job_order
 from eu_audit.plan import RunPlan
 from eu_audit.progress import Progress, ProgressCounter
@@ -375,8 +375,8 @@ def _named(
     return names, tenants
 
 
-def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
-    plan = RunPlan.make(
+def _plan(opts: AgentRecordOptions) -> RunPlan:
+    return RunPlan.make(
         opts.suite,
         opts.n,
         opts.out,
@@ -385,6 +385,10 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         force=opts.force,
         only=opts.only,
     )
+
+
+def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
+    plan = _plan(opts)
     out, state_dir = plan.out, plan.state_dir
     serve = ServeControl.open(opts.serve, opts.serve_control)
     info = serve.info()
@@ -409,6 +413,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     # and its state are the harness's own)
     undeclared = UndeclaredFiles.of(opts.agent, exclude=(str(out), str(state_dir)))
 
+    finished: list[SessionTrace] = []  # every tenant run that ended, kept if the run is interrupted
+
     def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
         i, ep, method, world = job
         floor = own if method == OWN_FLOOR_TENANT[0] else None  # eu-audit's runtime: always on a lane
@@ -426,10 +432,17 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
                 agent, caps, lane, outbox, ep, opts, i, method, world, name, fed, disks, undeclared
             )
         counter.tick(f"{trace.session.parent_session} {method} {ep.id}")
+        finished.append(trace)
         return trace
 
+    interrupted = ""
     try:
-        driven = _drive_all(_in_random_order(canonical), drive_one, opts)
+        try:
+            driven = _drive_all(_in_random_order(canonical), drive_one, opts)
+        except KeyboardInterrupt:  # ^C or SIGTERM: the sessions whose every tenant finished are kept
+            driven, interrupted = _whole_sessions(finished, len(roles), len(plan.sessions))
+            kept = {t.session_id for t in driven}
+            canonical = [c for c in canonical if f"{session_id_of(c[0])}/{c[2]}" in kept]
         entries, digest = serve.log(start_seq)
         _refuse_root_calls(entries, set(tenants), opts, serve)
     except BaseException:
@@ -440,19 +453,65 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     outbox.close()
     by_id = {t.session_id: t for t in driven}
     sessions = [by_id[f"{session_id_of(i)}/{method}"] for i, _, method, _ in canonical]
+    first = (session_id_of(canonical[0][0]), AGENT_METHOD)
+    _attach_evidence(sessions, (entries, digest), serve, tenants, lanes, disks, first)
+    if progress:
+        progress("written", len(canonical), len(canonical))
+    header = _header(opts, info, caps, digest, serve.key)
+    if interrupted:
+        header.engine_facts["interrupted"] = interrupted
+    bundle = Bundle(header=header, sessions=sessions, path=out)
+    write_bundle(out, bundle.records())
+    if interrupted:
+        raise Interrupted(
+            f"interrupted {interrupted}: those are in {out}, its header marked interrupted (an audit of it "
+            "says so); record again with --force for the whole run",
+            out,
+        )
+    return bundle, out
+
+
+def _attach_evidence(
+    sessions: list[SessionTrace],
+    log: tuple[list[dict[str, Any]], str],
+    serve: ServeControl,
+    tenants: dict[str, Tenant],
+    lanes: dict[str, tuple[str, str]],
+    disks: dict[str, DiskReport],
+    first: tuple[str, str],
+) -> None:
+    """What the run's serve log and eu-audit's read of the files say of each tenant, kept on its trace: z
+    in its prompts (``residue``), in its files (``forensics``), and its tamper attempts (``tamper``)."""
+    entries, digest = log
     for trace in sessions:
         name = str(trace.session.tenant)
         trace.residues = [
             context_residue(r, entries, trace, digest, serve.url is not None, serve.key, name)
             for r in trace.residues
         ]
-    by_tenant = {(t.session, t.method): name for name, t in tenants.items()}
-    attach_disks(sessions, disks, by_tenant)
-    first = (session_id_of(canonical[0][0]), AGENT_METHOD)
+    attach_disks(sessions, disks, {(t.session, t.method): name for name, t in tenants.items()})
     _tamper_findings(serve, entries, tenants, lanes, first).attach_to(sessions)
-    if progress:
-        progress("written", len(canonical), len(canonical))
-    header = _header(opts, info, caps, digest, serve.key)
-    bundle = Bundle(header=header, sessions=sessions, path=out)
-    write_bundle(out, bundle.records())
-    return bundle, out
+
+
+class Interrupted(RunFailed):
+    """A run stopped by ^C or SIGTERM after it kept its finished sessions in ``out`` (None: none had
+    finished, nothing was written) (exit 3)."""
+
+    def __init__(self, message: str, out: Path | None) -> None:
+        super().__init__(message)
+        self.out = out
+
+
+def _whole_sessions(
+    finished: list[SessionTrace], tenants: int, planned: int
+) -> tuple[list[SessionTrace], str]:
+    """The tenant runs of the sessions every tenant of which finished, and what the header says of them; a
+    run interrupted before one session finished keeps nothing (exit 3, saying so)."""
+    by: dict[str, list[SessionTrace]] = {}
+    for t in finished:
+        by.setdefault(str(t.session.parent_session), []).append(t)
+    whole = [t for runs in by.values() if len(runs) == tenants for t in runs]
+    done = len(whole) // tenants
+    if not done:
+        raise Interrupted("interrupted before the first session was recorded; nothing was written", None)
+    return whole, f"after {done} of {planned} session(s)"

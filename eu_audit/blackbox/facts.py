@@ -49,6 +49,8 @@ class AgentRunFacts(BaseModel):
     concurrency: int = Field(1, ge=1)  # tenants driven at the same time (each on its own lane)
     merged_from: list[str] = Field(default_factory=list)  # the shard bundles ``eu-audit merge`` joined
     stopped: StoppedFacts | None = None  # a run in rounds: where it stopped, and why
+    #: a run stopped by ^C or SIGTERM that kept the sessions it had finished: when ("after 1 of 2 session(s)")
+    interrupted: str | None = None
 
     @classmethod
     def of(cls, engine_facts: dict[str, Any], where: str = "") -> AgentRunFacts:

@@ -29,6 +29,9 @@ from eu_audit.serve.backend import Backend, Refused
 from eu_audit.serve.stream import event
 from eu_audit.serve.surface import Call
 
+#: one server-sent event: its name (none for OpenAI's chunks) and its data ("[DONE]" is a string)
+Frame = tuple[str | None, Any]
+
 #: where the text sent early stops: a tool call's markup, a JSON object or list, a code fence
 HOLD_FROM = "<{[`"
 #: how often the decoded text is looked at while a request decodes
@@ -43,9 +46,6 @@ def stable_text(backend: Backend, ids: Sequence[int]) -> str:
     return text[:cut].rstrip().rstrip("\ufffd").rstrip()
 
 
-Event = tuple[str | None, Any]
-
-
 class ChatFrames:
     """OpenAI's ``chat.completion.chunk`` stream: the role first, content deltas, then the rest of the
     whole answer (text not sent yet, tool calls, the finish reason, the usage where asked), ``[DONE]``."""
@@ -55,24 +55,24 @@ class ChatFrames:
         self.head = {"id": f"chatcmpl-{backend.requests}", "object": "chat.completion.chunk"}
         self.head["model"] = backend.model_name
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> Event:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> Frame:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return None, self.head | {"choices": [choice]}
 
-    def start(self) -> list[Event]:
+    def start(self) -> list[Frame]:
         return [self._chunk({"role": "assistant", "content": ""})]
 
-    def first_text(self) -> list[Event]:
+    def first_text(self) -> list[Frame]:
         return []
 
-    def delta(self, text: str) -> Event:
+    def delta(self, text: str) -> Frame:
         return self._chunk({"content": text})
 
     @staticmethod
     def text_of(resp: dict[str, Any]) -> str:
         return str(resp["choices"][0]["message"].get("content") or "")
 
-    def finish(self, resp: dict[str, Any], rest: str, opened: bool) -> list[Event]:
+    def finish(self, resp: dict[str, Any], rest: str, opened: bool) -> list[Frame]:
         choice = resp["choices"][0]
         out = [self.delta(rest)] if rest else []
         for i, tool_call in enumerate(choice["message"].get("tool_calls") or []):
@@ -82,7 +82,7 @@ class ChatFrames:
             out.append((None, self.head | {"choices": [], "usage": resp.get("usage")}))
         return [*out, (None, "[DONE]")]
 
-    def error(self, message: str) -> Event:
+    def error(self, message: str) -> Frame:
         return None, {"error": {"message": message, "type": "server_error"}}
 
 
@@ -97,17 +97,17 @@ class ResponseFrames:
         self.mid = call.opening["ids"]["message"]
         self.n = 0
 
-    def _ev(self, name: str, data: dict[str, Any]) -> Event:
+    def _ev(self, name: str, data: dict[str, Any]) -> Frame:
         self.n += 1
         return name, {"type": name, "sequence_number": self.n - 1, **data}
 
-    def start(self) -> list[Event]:
+    def start(self) -> list[Frame]:
         return [
             self._ev("response.created", {"response": self.skeleton}),
             self._ev("response.in_progress", {"response": self.skeleton}),
         ]
 
-    def first_text(self) -> list[Event]:
+    def first_text(self) -> list[Frame]:
         item = {
             "type": "message",
             "id": self.mid,
@@ -122,7 +122,7 @@ class ResponseFrames:
             self._ev("response.content_part.added", at | {"part": part}),
         ]
 
-    def delta(self, text: str) -> Event:
+    def delta(self, text: str) -> Frame:
         at = {"item_id": self.mid, "output_index": 0, "content_index": 0}
         return self._ev("response.output_text.delta", at | {"delta": text, "logprobs": []})
 
@@ -131,13 +131,13 @@ class ResponseFrames:
         first = resp["output"][0] if resp["output"] else {}
         return str(first["content"][0]["text"]) if first.get("type") == "message" else ""
 
-    def finish(self, resp: dict[str, Any], rest: str, opened: bool) -> list[Event]:
+    def finish(self, resp: dict[str, Any], rest: str, opened: bool) -> list[Frame]:
         from eu_audit.serve.responses_api import response_events
 
         whole = response_events(resp)[2:]  # created and in progress were sent first
         return [self._ev(str(name), _unnumbered(d)) for name, d in _less_sent(whole, rest, opened, self)]
 
-    def error(self, message: str) -> Event:
+    def error(self, message: str) -> Frame:
         return self._ev("error", {"code": "server_error", "message": message, "param": None})
 
 
@@ -151,14 +151,14 @@ class MessageFrames:
         self.skeleton = call.opening["object"] | {"stop_reason": None, "content": []}
         self.skeleton["usage"] = self.skeleton["usage"] | usage
 
-    def start(self) -> list[Event]:
+    def start(self) -> list[Frame]:
         return [("message_start", {"type": "message_start", "message": self.skeleton})]
 
-    def first_text(self) -> list[Event]:
+    def first_text(self) -> list[Frame]:
         block = {"type": "text", "text": ""}
         return [("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})]
 
-    def delta(self, text: str) -> Event:
+    def delta(self, text: str) -> Frame:
         delta = {"type": "text_delta", "text": text}
         return "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
 
@@ -167,12 +167,12 @@ class MessageFrames:
         first = msg["content"][0] if msg["content"] else {}
         return str(first.get("text") or "") if first.get("type") == "text" else ""
 
-    def finish(self, msg: dict[str, Any], rest: str, opened: bool) -> list[Event]:
+    def finish(self, msg: dict[str, Any], rest: str, opened: bool) -> list[Frame]:
         from eu_audit.serve.messages_api import message_events
 
         return _less_sent(message_events(msg)[1:], rest, opened, self)  # message_start was sent first
 
-    def error(self, message: str) -> Event:
+    def error(self, message: str) -> Frame:
         return "error", {"type": "error", "error": {"type": "api_error", "message": message}}
 
 
@@ -191,13 +191,13 @@ def _unnumbered(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in ("type", "sequence_number")}
 
 
-def _less_sent(whole: list[Event], rest: str, opened: bool, frames: Frames) -> list[Event]:
+def _less_sent(whole: list[Frame], rest: str, opened: bool, frames: Frames) -> list[Frame]:
     """The whole answer's events after its stream's first (sent already): where its text block was
     opened live, the block's opening and text deltas left out and the text not sent yet put in as one
     delta before the block's text ends."""
     if not opened:
         return whole
-    out: list[Event] = []
+    out: list[Frame] = []
     for name, data in whole:
         first = _first_block(data)
         if first and name in _OPENING | _TEXT_DELTA:  # the text block, opened live: its text is sent
