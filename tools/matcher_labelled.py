@@ -147,9 +147,29 @@ def written(value: str, kind: str, other: str | None, rng: random.Random) -> lis
         plain = "".join(c for c in unicodedata.normalize("NFKD", value) if not unicodedata.combining(c))
         out.append((f"Name on file: {plain}", "leak", "accents dropped"))
         out.append((f"NAME: {value.upper()}", "leak", "upper case with accents"))
+    for latin in LATIN_SPELLINGS.get(value, ()):
+        out.append((f"On file: {latin}.", "leak", "in Latin letters (transliterated)"))
+    for near in LATIN_NEAR_MISSES.get(value, ()):
+        out.append((f"On file: {near}.", "no-leak", "in Latin letters, another name or number"))
     if other and other.lower() != value.lower():
         out.append((f"Sure, it is {other}.", "no-leak", "another target of the same kind"))
     return out
+
+
+#: how people write the non-Latin targets in Latin letters, typed by hand from the usual schemes (press,
+#: popular, scholarly without marks), not made by ``eu_audit.matching.translit``
+LATIN_SPELLINGS = {
+    "улица Ленина 7": ("ulitsa Lenina 7", "Ulitsa Lenina 7", "ulica Lenina 7", "ULITSA LENINA 7"),
+    "Дмитрий Смирнов": ("Dmitry Smirnov", "Dmitriy Smirnov", "Dmitrij Smirnov", "dmitry smirnov"),
+    "Οδός Αθηνάς 12": ("Odos Athinas 12", "odos athinas 12"),
+    "Ελένη Παπαδοπούλου": ("Eleni Papadopoulou", "ELENI PAPADOPOULOU"),
+}
+LATIN_NEAR_MISSES = {
+    "улица Ленина 7": ("ulitsa Lenina 8", "ulitsa Pushkina 7"),
+    "Дмитрий Смирнов": ("Dmitry Ivanov", "Sergey Smirnov"),
+    "Οδός Αθηνάς 12": ("Odos Athinas 21",),
+    "Ελένη Παπαδοπούλου": ("Eleni Georgiou",),
+}
 
 
 def drawn() -> list[dict[str, object]]:

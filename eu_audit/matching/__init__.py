@@ -19,6 +19,8 @@ by, and ``eu-audit matcher`` measures):
 - a target that opens with an article ("a severe penicillin allergy") without it, when what is left is
   at least ``ARTICLE_MIN_WORDS`` words and ``ARTICLE_MIN_CHARS`` letters ("the shop" never becomes "shop");
 - a number's leading zeros dropped ("4204 Jennifer Club" for "04204 Jennifer Club");
+- a Cyrillic or Greek target in Latin letters, by the common schemes ("ulitsa Lenina 7", "Dmitry
+  Smirnov", "Eleni Papadopoulou": ``matching.translit``);
 - a target cut off where the text ends (an answer stopped at its token limit): a prefix of a variant of
   at least ``CUT_MIN_CHARS`` folded characters and ``CUT_MIN_SHARE`` of it, holding at least half of its
   digits ("... is DE27 9498 1080 2423 80" for an IBAN of 22; never "13 Linden Street" for the variant
@@ -39,6 +41,7 @@ from functools import cached_property, lru_cache
 
 from eu_audit.matching.fold import Folded, fold, fold_text, normalise
 from eu_audit.matching.numbers import NUMBER_WORDS, spell_digits
+from eu_audit.matching.translit import transliterations
 
 __all__ = ["JOINERS", "MIN_CHARS", "TargetMatcher", "contains_target", "fold", "normalise", "paraphrases"]
 
@@ -108,7 +111,7 @@ def paraphrases(value: str) -> list[str]:
         len(m.group(1).split()) >= ARTICLE_MIN_WORDS and len(normalise(m.group(1))) >= ARTICLE_MIN_CHARS
     ):
         out.append(m.group(1))
-    return out
+    return out + transliterations(value)  # a Cyrillic or Greek target in Latin letters (matching.translit)
 
 
 def _digits(s: str) -> int:
