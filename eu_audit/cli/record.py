@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from eu_audit.checkpoints import CheckpointPolicy
+from eu_audit.cli.agent_run import (
+    RecordAgent,
+    RecordAgentTimeout,
+    RecordHint,
+    RecordK,
+    RecordKeepState,
+    RecordMaxBundleMb,
+    RecordMaxResponseMb,
+    RecordOwnFloor,
+    RecordPositiveControl,
+    RecordRecheck,
+    RecordSameUserOk,
+    RecordServe,
+    RecordServeControl,
+    RecordStorePath,
+    RecordUntilDecided,
+    RecordUntilGate,
+    RecordUntilGateSet,
+    bounds_of,
+    rounds_of,
+    run_agent,
+)
 from eu_audit.cli.app import (
     Force,
     ShardOption,
     app,
-    err,
     out,
     progress_bar,
     say,
@@ -23,7 +44,6 @@ from eu_audit.defaults import DTYPE, SAMPLES_K, TURN_MAX_TOKENS, TURN_TEMPERATUR
 from eu_audit.errors import BadInput
 from eu_audit.models import DEFAULT_MODEL
 from eu_audit.shards import Shard
-from eu_audit.trace.records import AGENT_METHOD
 
 if TYPE_CHECKING:
     from eu_audit.record import RecordResult
@@ -92,126 +112,6 @@ RecordCtx = Annotated[
         "that outgrows either stops the run naming the session, turn and tokens. Later commands (audit, "
         "unlearn) open the engine with the sizes the bundle was recorded with.",
     ),
-]
-RecordAgent = Annotated[
-    str | None,
-    typer.Option(
-        help="Drive an agent eu-audit did not build instead (black box): http://host:port (the agent "
-        "contract, see `eu-audit schema agent-api`) or module:factory. Its own forget is called."
-    ),
-]
-RecordServe = Annotated[
-    str | None,
-    typer.Option(
-        help="With --agent: the `eu-audit serve` the agent's model calls go through (pins the samples' "
-        "seeds; its log shows what reached the model after the forget)."
-    ),
-]
-RecordK = Annotated[
-    int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
-]
-RecordServeControl = Annotated[
-    Path | None,
-    typer.Option(
-        help="With --agent --serve: the file where serve wrote its control secret (its --control-file; "
-        "default: where serve writes it for --serve's port, in a directory only you can enter). Only the "
-        "harness reads it; the agent under test is never given it."
-    ),
-]
-RecordAgentTimeout = Annotated[
-    float | None,
-    typer.Option(
-        min=0.1,
-        help="With --agent: wall seconds one agent call may take, whole (default: "
-        "$EU_AUDIT_AGENT_TIMEOUT, else 300).",
-    ),
-]
-RecordMaxResponseMb = Annotated[
-    float,
-    typer.Option(min=0.01, help="With --agent: the largest answer one agent call may return (MiB)."),
-]
-RecordMaxBundleMb = Annotated[
-    float, typer.Option(min=1.0, help="With --agent: the largest bundle a run may write (MiB).")
-]
-RecordKeepState = Annotated[
-    bool, typer.Option(help="With --agent: keep <out>.state/ when the run fails (for inspection).")
-]
-RecordHint = Annotated[
-    bool,
-    typer.Option(
-        help="With --agent: send the flagged observation's sanitized text with the forget. It is what "
-        "the reference tenant was fed, so an agent that replays with it matches it by construction; "
-        "off by default (the source text alone is sent), and the bundle records which was sent.",
-    ),
-]
-
-RecordPositiveControl = Annotated[
-    bool,
-    typer.Option(
-        "--positive-control/--no-positive-control",
-        help="With --agent: drive a third tenant per session like the agent's but never send it the forget "
-        "(B0, the no-forget arm): what each channel, probe and sample holds without a forget, so a rule "
-        "or channel reads held or erased only where this control showed z (else insensitive / never "
-        "held). Costs one more tenant per session, about half again the run's time.",
-    ),
-]
-RecordOwnFloor = Annotated[
-    bool,
-    typer.Option(
-        "--own-floor/--no-own-floor",
-        help="With --agent: drive a fourth tenant per session, eu-audit's own runtime (no forget) over "
-        "the episode without the target on serve's model, and fail the gate where the agent's reference "
-        "says the target more often than it (the floor the agent is held to is then the agent's doing). "
-        "Needs --serve running a model eu-audit knows; costs one more tenant per session.",
-    ),
-]
-RecordStorePath = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--store-path",
-        help="With --agent: a file or glob where the agent persists tenants (SQLite, vector stores, JSON), "
-        "'{tenant}' standing for each tenant's name; repeatable. eu-audit reads them itself after each "
-        "tenant's run (rows, orphans, raw bytes, stored vectors: channel disk.*, metric residue_disk), "
-        "for an agent that does not name them through the contract's 'files'.",
-    ),
-]
-RecordRecheck = Annotated[
-    str | None,
-    typer.Option(
-        help="With --agent: events after the forget, in order, each followed by the checks again "
-        "(prompts, answers, store dump), so a forget that comes back fails: restart (the agent's "
-        "`restart`: it reloads the tenant from what it persisted), compact (its own compaction), reindex "
-        "(its stack's re-index or re-sync), turns-N (N turns of unrelated conversation); at-once (the "
-        "dump right after the forget, before the episode's later turns, which may evict a copy the forget "
-        "left; always checked first). E.g. --recheck at-once,restart,compact,turns-3. An event the agent "
-        "lacks is reported as not measured.",
-    ),
-]
-
-RecordSameUserOk = Annotated[
-    bool,
-    typer.Option(
-        help="With --agent: accept an agent on this machine that runs as your own user (it could read "
-        "serve's control secret and log): a test rig, not a gate. Without it such an agent is refused.",
-    ),
-]
-RecordUntilDecided = Annotated[
-    bool,
-    typer.Option(
-        help="With --agent: record in rounds (1, 2, 4, ... up to --n sessions per suite), audit after each, "
-        "and stop at the first failure more sessions cannot undo (z in a prompt or store, a lost "
-        "bystander, tampering, a rate the betting test finds worse: valid under optional stopping). A "
-        "forget that leaks usually stops after one session; one that works runs to --n, where the fixed-n "
-        "tests decide the holds. Rules: --until-gate-set (default forget) and --until-gate, as audit's.",
-    ),
-]
-RecordUntilGateSet = Annotated[
-    list[str] | None,
-    typer.Option(help="With --until-decided: the gate sets each round is decided by (default: forget)."),
-]
-RecordUntilGate = Annotated[
-    list[str] | None,
-    typer.Option(help="With --until-decided: more rules each round is decided by (as audit --gate)."),
 ]
 
 
@@ -296,7 +196,7 @@ def record_command(
         "--ctx": ctx is not None,
     }
     agent_only = _agent_only(recheck, positive_control, store_path, until_decided, same_user_ok, own_floor)
-    rounds = _rounds(until_decided, until_gate_set, until_gate)
+    rounds = rounds_of(until_decided, until_gate_set, until_gate)
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
         from eu_audit.blackbox.drive import AgentRecordOptions
@@ -321,9 +221,9 @@ def record_command(
             store_paths=tuple(store_path or ()),
             concurrency=concurrency,
             shard=Shard.parse(shard) if shard else None,
-            bounds=_bounds(agent_timeout, max_response_mb, max_bundle_mb),
+            bounds=bounds_of(agent_timeout, max_response_mb, max_bundle_mb),
         )
-        _record_agent(opts_bb, rounds, same_user_ok)
+        run_agent(opts_bb, rounds, same_user_ok)
         return
     opts = RecordOptions(
         suite=suite,
@@ -362,27 +262,6 @@ def _print_recorded(res: RecordResult) -> None:
         say(out, f"KV sidecar: {res.sidecar}")
 
 
-def _rounds(until_decided: bool, gate_sets: list[str] | None, rules: list[str] | None) -> Any:
-    """The rules each round of --until-decided is decided by (``eu_audit.rounds.Gate``); None without it."""
-    if not until_decided:
-        if gate_sets or rules:
-            raise BadInput("--until-gate-set and --until-gate decide the rounds of --until-decided; add it")
-        return None
-    from eu_audit.rounds import Gate
-
-    return Gate(tuple(gate_sets or ("forget",)), tuple(rules or ()))
-
-
-def _bounds(call_s: float | None, response_mb: float, bundle_mb: float) -> Any:
-    from eu_audit.blackbox.adapter import Bounds
-
-    return Bounds(
-        call_s=call_s if call_s is not None else Bounds().call_s,
-        response_bytes=int(response_mb * (1 << 20)),
-        bundle_bytes=int(bundle_mb * (1 << 20)),
-    )
-
-
 def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: dict[str, bool]) -> None:
     """Options of the other kind of run are refused, not ignored (exit 2)."""
     if agent is not None:
@@ -399,99 +278,6 @@ def _check_kind(agent: str | None, white_box_only: dict[str, bool], agent_only: 
             f"{', '.join(given)}: only with --agent (they drive or read an agent under test; a white-box "
             "run's state is eu-audit's own, replayed)"
         )
-
-
-def _record_agent(opts: Any, rounds: Any = None, same_user_ok: bool = False) -> None:
-    from eu_audit.blackbox.drive import record_agent
-    from eu_audit.blackbox.same_user import check_agent_user
-
-    check_agent_user(opts.agent, same_user_ok)  # before anything is driven
-    from eu_audit.rounds import record_until_decided
-
-    agent, serve = opts.agent, opts.serve
-    stop = None
-    with progress_bar() as report:
-        if rounds is None:
-            bundle, path = record_agent(opts, progress=report)
-        else:
-            bundle, path, stop = record_until_decided(opts, rounds, progress=report)
-    table = Table(title=Text(f"{path}  (agent {agent})"))
-    cols = ["session", "episode", "forget", "skipped steps", "z in prompts after", "z in store", "z in files"]
-    rechecks = opts.recheck
-    tampered = any(s.residues and s.residues[0].tamper for s in bundle.sessions)
-    for col in [
-        *cols,
-        *(["z after rechecks"] if rechecks else []),
-        *(["tamper attempts"] if tampered else []),
-    ]:
-        table.add_column(col)
-    for s in bundle.sessions:
-        r = s.residues[0] if s.residues else None
-        ctx = (
-            "no serve log"
-            if r is None or r.context_calls is None
-            else f"{r.context_calls_with_z}/{r.context_calls}"
-        )
-        store = "no dump" if r is None or r.store_items is None else f"{r.store_items_with_z}/{r.store_items}"
-        forget = s.agent_forgets[0].status if s.agent_forgets else "-"
-        skipped = "; ".join(f"t{x.t} {x.kind}: {x.reason}" for x in s.session.skipped) or "-"
-        row = [
-            Text(s.session_id),
-            Text(s.session.episode_id),
-            forget,
-            Text(skipped),
-            ctx,
-            store,
-            files_cell(r),
-        ]
-        if rechecks:
-            row.append(Text(recheck_cell(s.residues[1:]) if s.session.method == AGENT_METHOD else "-"))
-        if tampered:
-            row.append(Text(", ".join(f"{k} {n}" for k, n in sorted(r.tamper.items())) if r else "-"))
-        table.add_row(*row)
-    out.print(table)
-    if tampered:
-        say(
-            err,
-            "the agent tried to get around the measurement (tamper attempts above): the audit's gate fails",
-        )
-    if not serve:
-        say(
-            out, "without --serve: Leak@k, choices and residue_context are not measurable (the audit says so)"
-        )
-    if stop is not None:
-        say(out, stop.sentence())
-
-
-def files_cell(r: Any) -> Text:
-    """What eu-audit's own read of the tenant's files found: where z is (channel and first place), "0 of N
-    files" when it read them and found none, or why it read none."""
-    if r is None or r.disk is None:
-        return Text("not read (no files named)")
-    held = {k: n for k, n in r.disk.items() if n}
-    undeclared = getattr(r, "disk_undeclared", [])
-    also = f"; {len(undeclared)} it did not name" if undeclared else ""
-    if held:
-        first = next(iter(held))
-        where = r.disk_examples.get(first, "")
-        said = f"{sum(held.values())} ({', '.join(held)}" + (f": {where[:80]}" if where else "") + ")"
-        return Text(said + also)
-    unread = f"; {len(r.disk_unread)} unread" if r.disk_unread else ""
-    return Text(f"0 of {r.disk_files or 0} file(s){unread}{also}")
-
-
-def recheck_cell(records: list[Any]) -> str:
-    """``restart: 0; compact: 2 (store)``: per event, the items holding z and where, or why it was skipped."""
-    parts = []
-    for r in records:
-        if r.skipped:
-            parts.append(f"{r.after}: not run ({r.skipped})")
-            continue
-        where = [w for w, n in (("prompts", r.context_calls_with_z), ("answers", r.replies_with_z),
-                               ("store", r.store_items_with_z)) if n]  # fmt: skip
-        held = sum(n or 0 for n in (r.context_calls_with_z, r.replies_with_z, r.store_items_with_z))
-        parts.append(f"{r.after}: {held}" + (f" ({', '.join(where)})" if where else ""))
-    return "; ".join(parts)
 
 
 def mean_text(values: list[int | None]) -> str:

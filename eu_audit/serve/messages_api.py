@@ -134,6 +134,11 @@ def new_id() -> str:
     return f"msg_{secrets.token_hex(12)}"
 
 
+def opening(model: str) -> dict[str, Any]:
+    """What a message is before it decodes: its object, id made, no content yet (``serve.live``)."""
+    return {"object": message_object({"choices": [{"message": {}}], "model": model}, new_id())}
+
+
 def message_object(chat: dict[str, Any], mid: str = "") -> dict[str, Any]:
     """A ``chat.completion`` as Anthropic's ``message`` (``mid``: its id, made before it decoded)."""
     choice = chat["choices"][0]

@@ -170,6 +170,13 @@ def new_ids() -> dict[str, str]:
     return {"response": f"resp_{secrets.token_hex(12)}", "message": f"msg_{secrets.token_hex(8)}"}
 
 
+def opening(req: ResponsesRequest, model: str) -> dict[str, Any]:
+    """What a response is before it decodes: its ids and its object with no output yet (``serve.live``
+    streams them first, so the ids its first events name are the whole answer's)."""
+    ids = new_ids()
+    return {"ids": ids, "object": response_object({"choices": [{"message": {}}], "model": model}, req, ids)}
+
+
 def response_object(
     chat: dict[str, Any], req: ResponsesRequest, ids: dict[str, str] | None = None
 ) -> dict[str, Any]:

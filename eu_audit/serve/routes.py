@@ -233,10 +233,8 @@ class Routes(Surface):
         if req.previous_response_id:
             call.log["previous_response_id"] = req.previous_response_id
         chat = self._as_chat(RESPONSES, api.chat_of_request(req, history))
-        ids = api.new_ids()  # named before it decodes: a live stream opens with them (serve.live)
-        empty = {"choices": [{"message": {}}], "model": self.backend.model_name}
-        call.opening = {"ids": ids, "object": api.response_object(empty, req, ids)}
-        resp = api.response_object(self._answer_chat(chat, call), req, ids)
+        call.opening = api.opening(req, self.backend.model_name)  # a live stream names these first
+        resp = api.response_object(self._answer_chat(chat, call), req, call.opening["ids"])
         if req.store:
             said = [m.model_dump(exclude_none=True) for m in chat.messages]
             self.stored.put(lane, resp["id"], api.conversation_after(said, resp, bool(req.instructions)))
@@ -248,15 +246,9 @@ class Routes(Surface):
         req: api.MessagesRequest = self._parse(raw, api.MessagesRequest, call)
         check_fields(MESSAGES, req.model_dump(exclude_unset=True))
         call.stream = True if req.stream else None
-        mid = api.new_id()  # named before it decodes: a live stream opens with it (serve.live)
-        call.opening = {
-            "object": api.message_object(
-                {"choices": [{"message": {}}], "model": self.backend.model_name}, mid
-            )
-        }
-        return api.message_object(
-            self._answer_chat(self._as_chat(MESSAGES, api.chat_of_messages(req)), call), mid
-        )
+        call.opening = api.opening(self.backend.model_name)  # a live stream names its id first
+        chat = self._as_chat(MESSAGES, api.chat_of_messages(req))
+        return api.message_object(self._answer_chat(chat, call), call.opening["object"]["id"])
 
     def _answer_chat(self, req: ChatRequest, call: Call) -> dict[str, Any]:
         """A chat request answered (the one handler every chat-shaped API shares), as a chat.completion."""
