@@ -21,7 +21,7 @@ from eu_audit.models import TINY_MODEL
 from eu_audit.rounds import Gate, record_until_decided
 from eu_audit.trace.session import Bundle
 
-from .helpers import cli_server, http_process
+from .helpers import cli_server, http_process, run_cli
 
 AGENT = Path(__file__).resolve().parents[1] / "examples/agents/known-truth/agent.py"
 
@@ -115,16 +115,30 @@ def until_decided(serve: tuple[str, Path], forget: str, tmp_path: Path, n: int) 
     return bundle, stop
 
 
-def test_a_no_op_forget_stops_after_its_first_session_on_a_failure_more_sessions_cannot_undo(
+def test_eu_audit_gate_fails_a_no_op_forget_in_one_command_after_its_first_session(
     serve: tuple[str, Path], tmp_path: Path
 ) -> None:
-    bundle, stop = until_decided(serve, "none", tmp_path, n=4)
-    assert (stop.n, stop.early) == (1, True)
-    assert "agent.residue_store==0 failed (fact" in stop.why
-    assert {s.session.parent_session for s in bundle.sessions} == {"s0"}
-    assert bundle.header.engine_facts["stopped"]["rounds"] == [1]
-    rep = audit(bundle.path, AuditOptions())
-    assert any("stopped at n = 1 of at most 4 per suite" in line for line in summary_lines(rep))
+    """``eu-audit gate``: the run in rounds and the verdict in one command. A no-op forget stops after its
+    first session on a failure more sessions cannot undo, and the command exits 1 with the audit written."""
+    from eu_audit.audits.model import read_report
+    from eu_audit.bundle.io import read_bundle
+
+    url, control = serve
+    argv = [sys.executable, str(AGENT), "--forget", "none", "--data", str(tmp_path / "data")]
+    with http_process(argv, env={"OPENAI_BASE_URL": url + "/v1"}) as agent:
+        out, js = tmp_path / "bb.jsonl", tmp_path / "audit.json"
+        args = ["--agent", agent, "--serve", url, "--serve-control", str(control), "--n", "4", "--k", "1"]
+        got = run_cli("gate", *args, "--same-user-ok", "-o", str(out), "--json", str(js))
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "stopped at n = 1 of at most 4 per suite" in got.stdout
+    assert {s.session.parent_session for s in read_bundle(out).sessions} == {"s0"}
+    gates = {g.rule: g.outcome for g in read_report(js).gates}
+    assert gates["agent.residue_store==0"] == "failed", gates
+    # the old spelling still records, saying what replaced it
+    with http_process(argv, env={"OPENAI_BASE_URL": url + "/v1"}) as agent:
+        once = ["--agent", agent, *args[2:6], "--n", "1", "--k", "1", "--same-user-ok", "--no-own-floor"]
+        old = run_cli("record", *once, "-o", str(tmp_path / "old.jsonl"))
+    assert old.returncode == 0 and "is now `eu-audit gate`" in old.stderr, old.stderr
 
 
 def test_a_forget_that_works_runs_every_round_to_n_and_is_the_run_a_fixed_n_would_be(

@@ -8,6 +8,7 @@ from eu_audit.cli.app import EXIT_CODES, app, main
 
 #: the command modules, in the order ``--help`` lists them (each registers its command on the app)
 COMMANDS = (
+    "gate",
     "record",
     "unlearn",
     "inspect_bundle",

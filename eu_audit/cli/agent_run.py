@@ -25,17 +25,15 @@ RecordAgent = Annotated[
 RecordServe = Annotated[
     str | None,
     typer.Option(
-        help="With --agent: the `eu-audit serve` the agent's model calls go through (pins the samples' "
+        help="The `eu-audit serve` the agent's model calls go through (pins the samples' "
         "seeds; its log shows what reached the model after the forget)."
     ),
 ]
-RecordK = Annotated[
-    int, typer.Option(min=1, help="With --agent: seeded samples of the task probe per state.")
-]
+RecordK = Annotated[int, typer.Option(min=1, help="Seeded samples of the task probe per state.")]
 RecordServeControl = Annotated[
     Path | None,
     typer.Option(
-        help="With --agent --serve: the file where serve wrote its control secret (its --control-file; "
+        help="The file where serve wrote its control secret (its --control-file; "
         "default: where serve writes it for --serve's port, in a directory only you can enter). Only the "
         "harness reads it; the agent under test is never given it."
     ),
@@ -44,24 +42,19 @@ RecordAgentTimeout = Annotated[
     float | None,
     typer.Option(
         min=0.1,
-        help="With --agent: wall seconds one agent call may take, whole (default: "
-        "$EU_AUDIT_AGENT_TIMEOUT, else 300).",
+        help="Wall seconds one agent call may take, whole (default: $EU_AUDIT_AGENT_TIMEOUT, else 300).",
     ),
 ]
 RecordMaxResponseMb = Annotated[
     float,
-    typer.Option(min=0.01, help="With --agent: the largest answer one agent call may return (MiB)."),
+    typer.Option(min=0.01, help="The largest answer one agent call may return (MiB)."),
 ]
-RecordMaxBundleMb = Annotated[
-    float, typer.Option(min=1.0, help="With --agent: the largest bundle a run may write (MiB).")
-]
-RecordKeepState = Annotated[
-    bool, typer.Option(help="With --agent: keep <out>.state/ when the run fails (for inspection).")
-]
+RecordMaxBundleMb = Annotated[float, typer.Option(min=1.0, help="The largest bundle a run may write (MiB).")]
+RecordKeepState = Annotated[bool, typer.Option(help="Keep <out>.state/ when the run fails (for inspection).")]
 RecordHint = Annotated[
     bool,
     typer.Option(
-        help="With --agent: send the flagged observation's sanitized text with the forget. It is what "
+        help="Send the flagged observation's sanitized text with the forget. It is what "
         "the reference tenant was fed, so an agent that replays with it matches it by construction; "
         "off by default (the source text alone is sent), and the bundle records which was sent.",
     ),
@@ -71,7 +64,7 @@ RecordPositiveControl = Annotated[
     bool,
     typer.Option(
         "--positive-control/--no-positive-control",
-        help="With --agent: drive a third tenant per session like the agent's but never send it the forget "
+        help="Drive a third tenant per session like the agent's but never send it the forget "
         "(B0, the no-forget arm): what each channel, probe and sample holds without a forget, so a rule "
         "or channel reads held or erased only where this control showed z (else insensitive / never "
         "held). Costs one more tenant per session, about half again the run's time.",
@@ -81,7 +74,7 @@ RecordOwnFloor = Annotated[
     bool,
     typer.Option(
         "--own-floor/--no-own-floor",
-        help="With --agent: drive a fourth tenant per session, eu-audit's own runtime (no forget) over "
+        help="Drive a fourth tenant per session, eu-audit's own runtime (no forget) over "
         "the episode without the target on serve's model, and fail the gate where the agent's reference "
         "says the target more often than it (the floor the agent is held to is then the agent's doing). "
         "Needs --serve running a model eu-audit knows; costs one more tenant per session.",
@@ -91,7 +84,7 @@ RecordStorePath = Annotated[
     list[str] | None,
     typer.Option(
         "--store-path",
-        help="With --agent: a file or glob where the agent persists tenants (SQLite, vector stores, JSON), "
+        help="A file or glob where the agent persists tenants (SQLite, vector stores, JSON), "
         "'{tenant}' standing for each tenant's name; repeatable. eu-audit reads them itself after each "
         "tenant's run (rows, orphans, raw bytes, stored vectors: channel disk.*, metric residue_disk), "
         "for an agent that does not name them through the contract's 'files'.",
@@ -100,7 +93,7 @@ RecordStorePath = Annotated[
 RecordRecheck = Annotated[
     str | None,
     typer.Option(
-        help="With --agent: events after the forget, in order, each followed by the checks again "
+        help="Events after the forget, in order, each followed by the checks again "
         "(prompts, answers, store dump), so a forget that comes back fails: restart (the agent's "
         "`restart`: it reloads the tenant from what it persisted), compact (its own compaction), reindex "
         "(its stack's re-index or re-sync), turns-N (N turns of unrelated conversation); at-once (the "
@@ -113,14 +106,14 @@ RecordRecheck = Annotated[
 RecordSameUserOk = Annotated[
     bool,
     typer.Option(
-        help="With --agent: accept an agent on this machine that runs as your own user (it could read "
+        help="Accept an agent on this machine that runs as your own user (it could read "
         "serve's control secret and log): a test rig, not a gate. Without it such an agent is refused.",
     ),
 ]
 RecordUntilDecided = Annotated[
     bool,
     typer.Option(
-        help="With --agent: record in rounds (1, 2, 4, ... up to --n sessions per suite), audit after each, "
+        help="Record in rounds (1, 2, 4, ... up to --n sessions per suite), audit after each, "
         "and stop at the first failure more sessions cannot undo (z in a prompt or store, a lost "
         "bystander, tampering, a rate the betting test finds worse: valid under optional stopping). A "
         "forget that leaks usually stops after one session; one that works runs to --n, where the fixed-n "

@@ -223,7 +223,7 @@ def audit_command(
         command=command_line(),
     )
     if attest is not None:
-        _check_attest(attest, json_path, signing_key, subject or [], force)
+        check_attest(attest, json_path, signing_key, subject or [], force)
     if shard:
         from eu_audit.shards import shard_bundle
 
@@ -262,7 +262,7 @@ def check_acceptance(on_inconclusive: str, on_insensitive: str) -> None:
             raise BadInput(f"{name} must be fail or pass, not {value!r}")
 
 
-def _check_attest(
+def check_attest(
     attest: Path, json_path: Path | None, key: Path | None, subjects: list[Path], force: bool
 ) -> None:
     """Everything a receipt needs, checked before any model runs."""

@@ -36,6 +36,7 @@ from eu_audit.cli.app import (
     Force,
     ShardOption,
     app,
+    err,
     out,
     progress_bar,
     say,
@@ -134,6 +135,14 @@ def _agent_only(
     }
 
 
+#: what ``record --agent`` says: the black-box run is ``eu-audit gate`` now (this spelling: one more release)
+DEPRECATED_AGENT = (
+    "note: `eu-audit record --agent` is now `eu-audit gate` (it records and decides in one command; "
+    "`gate --record-only` records only, `gate --tenants-in-flight` is this --concurrency); this spelling "
+    "works for one more release"
+)
+
+
 @app.command("record")
 def record_command(
     suite: RecordSuite = "builtin",
@@ -173,9 +182,8 @@ def record_command(
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
 
-    With --agent, drive your own agent: the stream, its forget, future turns, probes; the same without the
-    target (B5, the reference), never sent the forget (B0, the positive control), and on eu-audit's own
-    runtime without the target (its own floor). `eu-audit audit` then gates it, no model needed.
+    With --agent (now `eu-audit gate`, which also decides), drive an agent eu-audit did not build through
+    the agent contract; `eu-audit audit` then gates the bundle, no model needed.
 
     Example:
 
@@ -199,6 +207,7 @@ def record_command(
     rounds = rounds_of(until_decided, until_gate_set, until_gate)
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:
+        say(err, DEPRECATED_AGENT)
         from eu_audit.blackbox.drive import AgentRecordOptions
         from eu_audit.blackbox.recheck import parse_rechecks
 

@@ -134,7 +134,7 @@ def new_id() -> str:
     return f"msg_{secrets.token_hex(12)}"
 
 
-def opening(model: str) -> dict[str, Any]:
+def message_opening(model: str) -> dict[str, Any]:
     """What a message is before it decodes: its object, id made, no content yet (``serve.live``)."""
     return {"object": message_object({"choices": [{"message": {}}], "model": model}, new_id())}
 

@@ -170,7 +170,7 @@ def new_ids() -> dict[str, str]:
     return {"response": f"resp_{secrets.token_hex(12)}", "message": f"msg_{secrets.token_hex(8)}"}
 
 
-def opening(req: ResponsesRequest, model: str) -> dict[str, Any]:
+def response_opening(req: ResponsesRequest, model: str) -> dict[str, Any]:
     """What a response is before it decodes: its ids and its object with no output yet (``serve.live``
     streams them first, so the ids its first events name are the whole answer's)."""
     ids = new_ids()

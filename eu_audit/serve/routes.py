@@ -233,7 +233,7 @@ class Routes(Surface):
         if req.previous_response_id:
             call.log["previous_response_id"] = req.previous_response_id
         chat = self._as_chat(RESPONSES, api.chat_of_request(req, history))
-        call.opening = api.opening(req, self.backend.model_name)  # a live stream names these first
+        call.opening = api.response_opening(req, self.backend.model_name)  # a live stream names these first
         resp = api.response_object(self._answer_chat(chat, call), req, call.opening["ids"])
         if req.store:
             said = [m.model_dump(exclude_none=True) for m in chat.messages]
@@ -246,7 +246,7 @@ class Routes(Surface):
         req: api.MessagesRequest = self._parse(raw, api.MessagesRequest, call)
         check_fields(MESSAGES, req.model_dump(exclude_unset=True))
         call.stream = True if req.stream else None
-        call.opening = api.opening(self.backend.model_name)  # a live stream names its id first
+        call.opening = api.message_opening(self.backend.model_name)  # a live stream names its id first
         chat = self._as_chat(MESSAGES, api.chat_of_messages(req))
         return api.message_object(self._answer_chat(chat, call), call.opening["object"]["id"])
 
