@@ -1,5 +1,5 @@
 """The one way eu-audit runs jobs side by side: sessions on a served engine (``record --concurrency``) and
-tenants of a deployed agent (``record --agent --concurrency``) both go through ``in_job_order``."""
+tenants of a deployed agent (``eu-audit gate --tenants-in-flight``) both go through ``in_job_order``."""
 
 from __future__ import annotations
 

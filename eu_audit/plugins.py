@@ -109,7 +109,7 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint(
         "eu_audit.blackbox.adapter:ADAPTERS",
         "an adapter: a URL in, an `AgentUnderTest` out (a stack eu-audit drives)",
-        "`record --agent`",
+        "`eu-audit gate`",
     ),
     ExtensionPoint(
         "eu_audit.tiers:RECHECKS",

@@ -1,4 +1,4 @@
-"""``record --agent --until-decided``: the black-box gate run in rounds that stops once its verdict is
+"""``eu-audit gate``, in rounds: the black-box gate run in rounds that stops once its verdict is
 decided (``eu_audit.audits.stopping``).
 
 Round r records the sessions that take each suite from the last round's n to the schedule's next

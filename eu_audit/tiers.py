@@ -41,7 +41,7 @@ TAMPER_KINDS = {
     "reference_answer_z": "answer(s) of the reference tenant (never fed z) carrying z its model never wrote",
 }
 
-#: the events after the forget that ``record --agent --recheck`` runs (``after.<event>``), each registered
+#: the events after the forget that ``eu-audit gate --recheck`` runs (``after.<event>``), each registered
 #: with how it runs by ``eu_audit.blackbox.recheck`` (loaded by name on first use), plus ``turns-N``
 RECHECKS: Registry[Any] = Registry("rechecks", builtins=("eu_audit.blackbox.recheck",))
 TURNS = re.compile(r"^turns-(\d+)$")

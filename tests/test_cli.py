@@ -109,7 +109,7 @@ def test_the_ci_examples_are_valid_workflows_naming_only_options_that_exist() ->
                 for line in script.splitlines():
                     if line.strip().startswith("eu-audit "):
                         commands.append(shlex.split(line.split(">")[0].replace("&", "")))
-    assert {c[1] for c in commands} >= {"serve", "record", "audit", "merge", "view"}
+    assert {c[1] for c in commands} >= {"serve", "gate", "audit", "merge", "view"}
     helps: dict[str, str] = {}
     for cmd in commands:
         name = cmd[1]

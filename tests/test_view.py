@@ -201,8 +201,7 @@ def test_the_action_and_the_example_workflows_lint_clean() -> None:
     action = (ROOT / "action.yml").read_text()
     for step in (
         "eu-audit serve",
-        "eu-audit record",
-        "eu-audit audit",
+        "eu-audit gate",
         "--sarif",
         "eu-audit view",
         "upload-artifact",

@@ -12,17 +12,17 @@
 #   SIGNING_KEY (environment, optional) an ed25519 PEM key: the audit also writes a signed forget receipt,
 #           OUT/receipt.json, checked at once with `eu-audit verify` against SIGNING_KEY's .pub.pem
 #   HINT    (environment, optional) 1: send the forget the sanitized text too (record --hint)
-#   SHARD   (environment, optional) I/N: record only shard I of N of the sessions (record --shard); join
+#   SHARD   (environment, optional) I/N: record only shard I of N of the sessions (gate --shard); join
 #           the shards' bundles afterwards with `eu-audit merge` and audit the merged bundle
-#   RECHECK (environment, optional) events after the forget, e.g. at-once,restart,compact,turns-3 (record --recheck)
+#   RECHECK (environment, optional) events after the forget, e.g. at-once,restart,compact,turns-3 (gate --recheck)
 #   UNTIL   (environment, optional) 1: record in rounds up to N sessions, stopping at the first failure more
-#           sessions cannot undo (record --until-decided, decided by the forget gate set)
+#           sessions cannot undo (gate's default, decided by the forget gate set); unset: --fixed-n
 #   AGENT_ARGS (environment, optional) more arguments for an example agent, e.g. --infer for mem0
 #   AGENT_PYTHON (environment, optional) the Python that runs the example agent (Letta's own venv)
 #   CTX     (environment, optional) serve's context per lane in tokens (serve --ctx), e.g. 16384 for mem0 --infer
 #   PIECE   (environment, optional) serve --piece-tokens: prefill messages in pieces of this many tokens, for
 #           an agent whose system prompt changes at its end (Letta: 512)
-#   AGENT_TIMEOUT (environment, optional) seconds one agent call may take (record --agent-timeout): a memory
+#   AGENT_TIMEOUT (environment, optional) seconds one agent call may take (gate --agent-timeout): a memory
 #           library that decodes up to serve's 1,024 tokens several times per turn (mem0 --infer, Graphiti)
 #           passes the default 300 s on 2 cores
 #
@@ -56,10 +56,12 @@ wait_for "$URL/eu-audit/v1/capabilities"
 start=$(date +%s)
 # --same-user-ok: these report runs start the agent as this user (a rig on one machine); a gate runs it
 # as another user (README, docs/gate-your-agent.md), and record refuses one of its own user without it
-"$BIN/eu-audit" record --agent "$URL" --same-user-ok --serve "$SERVE" \
+# the run alone (--record-only), then the audit apart: the report's rows time each
+"$BIN/eu-audit" gate --record-only --agent "$URL" --same-user-ok --serve "$SERVE" \
   --suite "$SUITE" --n "$N" --seed 0 \
   --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
-  ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} ${UNTIL:+--until-decided} \
+  ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} \
+  $([ -n "${UNTIL:-}" ] && echo --until-decided || echo --fixed-n) \
   > "$OUT/record.out" 2>&1
 rec=$?
 recorded=$(date +%s)

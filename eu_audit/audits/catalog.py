@@ -20,7 +20,7 @@ from eu_audit.trace.records import AGENT_METHOD
 
 WHITE: frozenset[Side] = frozenset({"white"})
 BLACK: frozenset[Side] = frozenset({"black"})
-NO_SERVE = "not measurable: no eu-audit serve pinned the samples' seeds (record --agent ... --serve URL)"
+NO_SERVE = "not measurable: no eu-audit serve pinned the samples' seeds (eu-audit gate ... --serve URL)"
 
 
 def _leak_k(ev: StateEvidence) -> float | NotMeasured:
@@ -57,7 +57,7 @@ def _residue_context(ev: StateEvidence) -> float | NotMeasured:
     r = ev.residue
     if r is None or r.context_calls is None:
         return NotMeasured(
-            "not measurable: no serve log (record --agent without --serve, or the agent bypasses it)"
+            "not measurable: no serve log (eu-audit gate without --serve, or the agent bypasses it)"
         )
     if r.context_calls == 0:
         return NotMeasured("not measurable: no model call after the forget reached eu-audit serve")
@@ -75,7 +75,7 @@ def _residue_disk(ev: StateEvidence) -> float | NotMeasured:
     r = ev.residue
     if r is None or r.disk is None:
         return NotMeasured(
-            "not measured: no file of the agent's was named (it lacks 'files'; record --agent --store-path)"
+            "not measured: no file of the agent's was named (it lacks 'files'; eu-audit gate --store-path)"
         )
     if any(r.disk.values()):
         return 1.0

@@ -190,7 +190,7 @@ def channel_unmeasured(state: StateAudit, kind: str, tier: str = "") -> str:
     if kind == "after":
         got = state.residue.after.get(tier)
         if got is None:
-            return f"no recheck '{tier}' ran (record --agent --recheck {tier or 'EVENT'})"
+            return f"no recheck '{tier}' ran (eu-audit gate --recheck {tier or 'EVENT'})"
         return got.skipped
     return state.unmeasured.get(observed, f"{observed} not measured")
 

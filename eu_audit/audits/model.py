@@ -54,7 +54,7 @@ class _SetFieldsOnly(BaseModel):
 
 
 class RecheckOutcome(_SetFieldsOnly):
-    """What one recheck (``record --agent --recheck EVENT``, the channel ``after.EVENT``) found: items
+    """What one recheck (``eu-audit gate --recheck EVENT``, the channel ``after.EVENT``) found: items
     holding z in the event's prompts, answers and dump (None: not observed), out of how many, whether z
     *came back* (held after the event, in nothing right after the forget), one quoted place; or only why
     it did not run."""

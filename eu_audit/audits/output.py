@@ -196,7 +196,7 @@ def summary_lines(report: AuditReport) -> list[str]:
     ]
     lines += [f"{text}: {', '.join(groups[g])}." for g, text in GROUP_SENTENCES if groups.get(g)]
     stopped = report.engine_facts.get("stopped")
-    if isinstance(stopped, dict):  # a run in rounds (record --agent --until-decided)
+    if isinstance(stopped, dict):  # a run in rounds (eu-audit gate)
         from eu_audit.audits.stopping import Stop
 
         lines.append(
@@ -451,7 +451,7 @@ def residue_lines(report: AuditReport) -> list[str]:
 
 
 def recheck_lines(method: str, states: list[StateAudit]) -> list[str]:
-    """After which recheck event (``record --agent --recheck``) z was held again, in how many sessions,
+    """After which recheck event (``eu-audit gate --recheck``) z was held again, in how many sessions,
     where, with one quoted place; events that could not run, with why."""
     lines = []
     events = list(dict.fromkeys(e for s in states for e in s.residue.after))

@@ -2,7 +2,7 @@
 
 A black-box gate compares the agent after its forget with a reference tenant of the same agent fed the
 episode without z (B5). That reference is the agent's: an agent that makes its reference say z lifts the
-floor it is measured against, and a leak of its own then looks like the floor's. So ``record --agent``
+floor it is measured against, and a leak of its own then looks like the floor's. So ``eu-audit gate``
 drives a fourth tenant per session, ``own-floor``: eu-audit's own runtime (``blackbox.reference``, no
 forget, never sent z) over the same episode without z on the same served model, as the white-box B5 is.
 Its answers are what the served model says of z when it never saw z: a guess, at the model's rate.

@@ -4,7 +4,7 @@ A hold says "the forget left nothing here" only where the measurement demonstrab
 does nothing. So every rule on a metric or channel that measures z (``Metric.control``, every channel) is
 decided twice, by the same test (``verdict.decide``) on the same sessions and suite: once for the method
 under test and once for the *positive control*, the state that never got the forget (B0: white-box, the
-method; black-box, the tenant driven like the agent and never sent the forget, ``record --agent
+method; black-box, the tenant driven like the agent and never sent the forget, ``eu-audit gate
 --positive-control``, on by default). The method's hold stands only where the control **fails** the
 rule. Otherwise the rule is *insensitive*: it could not tell a forget from none at this n, it never counts
 as a hold (``gate.exit_code``: exit 4, unless ``--on-insensitive pass``), and it says why in the rule's
@@ -215,7 +215,7 @@ def control_outcome(
     ``fails`` when that verdict is *failed* on evidence (a control that could not be measured, or was not
     recorded, fails nothing)."""
     side = report.side
-    how = "audit -m b0,..." if side == "white" else "record --agent --positive-control"
+    how = "audit -m b0,..." if side == "white" else "eu-audit gate --positive-control"
     if not _control_states(report, rule.suite):
         return ControlOutcome(False, f"no positive control: B0 (no forget) not recorded here ({how})")
     if other_method(rule.rhs):

@@ -1,4 +1,4 @@
-"""When a gate run in rounds may stop (``record --agent --until-decided``) without its verdict claiming more
+"""When a gate run in rounds may stop (``eu-audit gate``) without its verdict claiming more
 than a run of fixed n would.
 
 A failure that more sessions cannot undo ends the run at the round that shows it:

@@ -4,7 +4,7 @@ its own package (``eu_audit.serve``); what measures and decides an audit is ``eu
 - ``contract`` / ``adapter``: the agent-under-test contract (JSON over HTTP) and its Python form;
   ``agent_server`` serves a Python agent over it;
 - ``options`` and ``facts``: what a run is told, and what it records in the bundle's header;
-- ``drive`` (``record --agent``): the tenants of each session (the agent that forgets, the B5 reference,
+- ``drive`` (``eu-audit gate``): the tenants of each session (the agent that forgets, the B5 reference,
   the no-forget control), in an order the agent cannot predict; ``driver`` drives one tenant;
 - ``serve_control``: the harness's hold on serve (marks, pinned decoding, the log);
 - what is left after the forget: ``residue`` (the serve log and the store dump), ``forensics`` (the

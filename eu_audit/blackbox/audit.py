@@ -1,4 +1,4 @@
-"""Auditing a black-box bundle (``record --agent``): every figure comes from what the run kept (the
+"""Auditing a black-box bundle (``eu-audit gate``): every figure comes from what the run kept (the
 post-forget turns and actions, the elicitations, the residue records), so no model runs and the agent
 is not needed. The evidence is scored by the white-box audit's own path (``audits.scoring``), and the
 statistics, floor, tables, JSON, JUnit and gates are its own too."""

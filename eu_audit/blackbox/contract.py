@@ -61,12 +61,12 @@ What each call means (what a stranger would otherwise have to guess):
   vector stores, JSON, logs), as the harness's machine sees them; a file shared by tenants is listed for
   each. The harness reads them itself after the forget (``eu_audit.blackbox.forensics``): every table and
   column, the raw bytes (free pages, WAL and journal included) and every stored vector, so what the
-  agent's dump leaves out still counts. ``record --agent --store-path GLOB`` names them for an agent that
+  agent's dump leaves out still counts. ``eu-audit gate --store-path GLOB`` names them for an agent that
   does not serve this.
 - ``restart(tenant)``: what a process restart does to the tenant: drop everything held in memory for it
   (clients, caches, open sessions, in-memory indexes) and load it back from what the agent persisted, as a
   fresh process would. Session ids stay valid (the session is loaded back by its id). Only an agent
-  that persists its sessions should claim it; ``record --agent --recheck restart`` then asks whether a
+  that persists its sessions should claim it; ``eu-audit gate --recheck restart`` then asks whether a
   forget survives the restart (a write-behind cache, a journal or a late writer can bring z back).
 - ``reindex(tenant)``: the stack's own re-index or re-sync now, as its scheduled job would run it: rebuild
   what it derives from the records it keeps (embeddings and vector index, search tables, graph
@@ -97,7 +97,7 @@ class Capabilities(_Model):
     store_dump: bool = False  # list what the agent keeps for a tenant (memory rows, history, summaries)
     compact: bool = False  # the agent compacts its context when told (a compaction step)
     #: the agent sends a tenant's model calls to the ``model_base_url`` its sessions are started with
-    #: (what lets the harness drive tenants at the same time: ``record --agent --concurrency N``)
+    #: (what lets the harness drive tenants at the same time: ``eu-audit gate --tenants-in-flight N``)
     tenant_model_url: bool = False
     restart: bool = False  # the agent reloads a tenant from what it persisted, as a new process would
     reindex: bool = False  # the agent rebuilds a tenant's derived indexes from its records when told

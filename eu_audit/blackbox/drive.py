@@ -1,4 +1,4 @@
-"""``eu-audit record --agent``: drive suite episodes through an agent eu-audit did not build.
+"""``eu-audit gate``: drive suite episodes through an agent eu-audit did not build.
 
 Per episode, three tenants, under opaque names, driven in an order no one can predict (nothing the agent
 sees tells the reference apart):

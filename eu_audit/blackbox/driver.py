@@ -1,5 +1,5 @@
 """One tenant driven through one episode: its messages, tool calls, memory steps, rechecks and
-elicitations, as ``record --agent`` runs them (``eu_audit.blackbox.drive`` runs the tenants)."""
+elicitations, as ``eu-audit gate`` runs them (``eu_audit.blackbox.drive`` runs the tenants)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from eu_audit.errors import BadInput
 
 
 class StoppedFacts(BaseModel):
-    """Where a run in rounds (``record --agent --until-decided``) stopped and why
+    """Where a run in rounds (``eu-audit gate``) stopped and why
     (``eu_audit.audits.stopping``)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -6,7 +6,7 @@ fires (SQLite leaves ``PRAGMA foreign_keys`` off, so ``ON DELETE CASCADE`` is in
 rows deleted but physically present (free pages, WAL frames and journals keep them until a checkpoint or
 ``VACUUM`` unless ``secure_delete`` is on), a vector twin deleted in one store and not in the other. After
 the forget (and after each recheck) the harness reads every file the agent names (``files`` in the
-contract, or ``record --agent --store-path``) and counts, per tenant, four channels:
+contract, or ``eu-audit gate --store-path``) and counts, per tenant, four channels:
 
 - ``rows``: rows of any table, any column, whose text holds z (SQLite databases, read from a copy, WAL
   applied, so the agent's files are never changed);

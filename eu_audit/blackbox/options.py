@@ -1,4 +1,4 @@
-"""What ``record --agent`` is told: the options of one black-box run, and the tenants of a session."""
+"""What ``eu-audit gate`` is told: the options of one black-box run, and the tenants of a session."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ checks as the forget itself.
 A forget can pass at once and fail later: a write-behind cache or a journal that a restart loads back, a
 compaction that re-summarises rows the forget left in a history table, a memory extractor that re-adds a
 fact from the transcript a few turns on, a re-index that rebuilds a deleted vector from the row it came
-from. ``record --agent --recheck restart,compact,reindex,turns-3`` runs the events in that order on the
+from. ``eu-audit gate --recheck restart,compact,reindex,turns-3`` runs the events in that order on the
 agent's tenant, after its probes and its first dump, and after each one checks again:
 
 - the prompts its model received during the event (serve's log, marked phase ``recheck`` and the event),

@@ -1,7 +1,7 @@
 """Whether the agent under test runs as the harness's own user: then it can read what only the harness
 may (serve's control secret and log, in a directory only this user can enter), learn which tenant is the
 reference from the marks, and steer its own floor. The threat model asks for another user or a container
-(``docs/gate-your-agent.md``); this is how ``record --agent`` checks it was given one.
+(``docs/gate-your-agent.md``); this is how ``eu-audit gate`` checks it was given one.
 
 On Linux the kernel says who owns a listening socket (``/proc/net/tcp`` and ``tcp6``, the ``uid``
 column): the agent's port is looked up there. Elsewhere, or for a port this machine does not listen on (a

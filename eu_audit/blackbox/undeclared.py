@@ -1,6 +1,6 @@
 """Files the agent writes and does not declare: found, read, and named in every output.
 
-An agent names the files it keeps a tenant in (``files``, or ``record --agent --store-path``); a cache it
+An agent names the files it keeps a tenant in (``files``, or ``eu-audit gate --store-path``); a cache it
 forgot to list (embeddings in a ``.npy``, the texts in a ``.pkl``, a log) would otherwise be read by no
 one and said nowhere. On Linux the kernel says which processes hold the agent's listening socket
 (``/proc/net/tcp``'s inode, then ``/proc/PID/fd``); for those processes and their children eu-audit looks

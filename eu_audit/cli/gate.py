@@ -28,7 +28,7 @@ from eu_audit.cli.agent_run import (
     bounds_of,
     run_agent,
 )
-from eu_audit.cli.app import Force, SigningKey, app, progress_bar
+from eu_audit.cli.app import Force, ShardOption, SigningKey, app, progress_bar
 from eu_audit.cli.audit import (
     AuditAttest,
     AuditGate,
@@ -45,6 +45,8 @@ from eu_audit.cli.audit import (
 )
 from eu_audit.cli.record import RecordSeed, RecordStateDir, RecordSuite
 from eu_audit.defaults import SAMPLES_K
+from eu_audit.errors import BadInput
+from eu_audit.shards import Shard
 
 #: the rounds' default ceiling: the n at which a forget that works holds at margin 0.1 (n >= 29)
 GATE_N = 30
@@ -122,6 +124,7 @@ def gate_command(
     same_user_ok: RecordSameUserOk = False,
     keep_state: RecordKeepState = False,
     state_dir: RecordStateDir = None,
+    shard: ShardOption = None,
     force: Force = False,
 ) -> None:
     """Gate an agent's forget: drive it black-box (its forget, a reference never given the target, a
@@ -143,6 +146,9 @@ def gate_command(
     from eu_audit.rounds import Gate
 
     check_acceptance(on_inconclusive, on_insensitive)
+    if shard and (until_decided or not record_only):
+        raise BadInput("--shard records one shard of a fixed run: add --fixed-n --record-only, then gate the "
+                       "shards' union with `eu-audit merge` and `eu-audit audit` (examples/ci)")  # fmt: skip
     for path in (json_path, junit_path, sarif_path, summary_md):
         if path is not None:
             check_output_path(path, force=force)  # refused now, not after the run
@@ -170,6 +176,7 @@ def gate_command(
         own_floor=own_floor,
         store_paths=tuple(store_path or ()),
         concurrency=tenants_in_flight,
+        shard=Shard.parse(shard) if shard else None,
         bounds=bounds_of(agent_timeout, max_response_mb, max_bundle_mb),
     )
     run_agent(opts, rounds, same_user_ok)

@@ -62,7 +62,7 @@ def pack_run(
     ] = None,
 ) -> None:
     """Run each case's releases through the gate: a venv per release (made once, reused), the case's agent
-    in it with its model at eu-audit serve, record --agent, audit with the case's rules, and the verdict
+    in it with its model at eu-audit serve, eu-audit gate, audit with the case's rules, and the verdict
     compared with the one the case expects. Exit 0 when every release gave its expected verdict (a buggy
     one failed, naming the place; a fixed one held), 1 when one did not, 3 when one could not run.
 

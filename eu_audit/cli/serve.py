@@ -67,9 +67,9 @@ def serve_command(
         Path | None,
         typer.Option(
             help="Where to write this run's control secret (0600, new each start): the harness "
-            "(record --agent) needs it to mark phases, pin decoding and read the log; the agent must never "
+            "(eu-audit gate) needs it to mark phases, pin decoding and read the log; the agent must never "
             "read it. Default: serve-PORT.control in a directory only you can enter ($XDG_RUNTIME_DIR/"
-            "eu-audit or /tmp/eu-audit-UID), where record --agent finds it from --serve. A path inside the "
+            "eu-audit or /tmp/eu-audit-UID), where eu-audit gate finds it from --serve. A path inside the "
             "directory serve is started from is refused.",
         ),
     ] = None,

@@ -64,7 +64,7 @@ class Case(BaseModel):
     #: within the last messages a library keeps)
     suite: str = "builtin"
     n: int = Field(1, ge=1, le=30)
-    #: events after the forget, each followed by the checks again (``record --agent --recheck``): e.g.
+    #: events after the forget, each followed by the checks again (``eu-audit gate --recheck``): e.g.
     #: ``at-once``, the dump right after the forget, for a copy that later messages evict
     recheck: list[str] = Field(default_factory=list)
     model: str = "smollm2-135m"

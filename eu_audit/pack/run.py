@@ -109,7 +109,7 @@ def run_release(
         env = {"OPENAI_BASE_URL": f"{serve}/v1", "OPENAI_API_KEY": "unused"}
         bundle, audit_json = folder / "bundle.jsonl", folder / "audit.json"
         with child_server(agent, "/eu-audit/v1/capabilities", folder / "agent.out", env) as url:
-            say(f"{case.name} {release.name}: record --agent ({case.suite}, n = {case.n})")
+            say(f"{case.name} {release.name}: eu-audit gate ({case.suite}, n = {case.n})")
             suite = case.suite_ref()
             record_agent(
                 AgentRecordOptions(

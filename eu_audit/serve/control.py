@@ -6,7 +6,7 @@ from using it:
 
 1. **Where it lives.** By default serve writes it into a directory only this user can enter
    (``$XDG_RUNTIME_DIR/eu-audit/`` or ``/tmp/eu-audit-<uid>/``, mode 0700, checked to be ours), named by
-   serve's port, and ``record --agent`` finds it there from ``--serve``'s port. serve refuses a
+   serve's port, and ``eu-audit gate`` finds it there from ``--serve``'s port. serve refuses a
    ``--control-file`` inside the directory it was started from: the README's recipe once started the
    agent from that same directory. The agent itself is run as another user (or in a container), so it
    cannot read the private directory either.
@@ -72,7 +72,7 @@ def private_dir() -> Path:
 
 
 def default_control_file(port: int) -> Path:
-    """Where serve on ``port`` writes its secret, and where ``record --agent`` looks for it."""
+    """Where serve on ``port`` writes its secret, and where ``eu-audit gate`` looks for it."""
     return private_dir() / f"serve-{port}.control"
 
 
@@ -122,7 +122,7 @@ def read_control_file(path: Path) -> str:
     except OSError as exc:
         raise BadInput(
             f"cannot read serve's control secret ({exc.strerror}); serve writes it at start "
-            "(--control-file), record --agent reads it with --serve-control",
+            "(--control-file), eu-audit gate reads it with --serve-control",
             path=str(path),
         ) from None
     if len(secret) < 32 or not secret.isalnum():

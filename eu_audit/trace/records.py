@@ -55,7 +55,7 @@ def check_decoding(temperature: float, max_tokens: int) -> Decoding:
         raise BadInput(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
 
 
-#: the engine a black-box bundle names (``eu-audit record --agent``): a deployed agent seen from outside,
+#: the engine a black-box bundle names (``eu-audit gate``): a deployed agent seen from outside,
 #: no cache of ours to rebuild
 BLACK_BOX_ENGINE = "agent"
 #: the method a deployed agent's forgetting tenant is recorded under (beside ``b5``, its reference, and
@@ -87,7 +87,7 @@ class Header(_Record):
 
     @property
     def side(self) -> Side:
-        """Which side made the run (``record --agent``: black)."""
+        """Which side made the run (``eu-audit gate``: black)."""
         return side_of(self.engine)
 
     #: what the engine's states depend on (library versions, threads, batch sizes, cache type)
@@ -175,7 +175,7 @@ class SessionRecord(_Record):
     def _older_lines(cls, data: Any) -> Any:
         """A trace@1 line (it always held a copy of the target): the copy refused unless it is the
         episode's, then dropped; the run-wide number it had no field for read from its id. A line made
-        today carries its number as written (``record`` and ``record --agent`` set it), never parsed."""
+        today carries its number as written (``record`` and ``eu-audit gate`` set it), never parsed."""
         if isinstance(data, dict) and "target" in data:
             data = dict(data)
             if "index" not in data and isinstance(data.get("session_id"), str):
