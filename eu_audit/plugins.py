@@ -114,7 +114,7 @@ EXTENSION_POINTS: tuple[ExtensionPoint, ...] = (
     ExtensionPoint(
         "eu_audit.tiers:RECHECKS",
         "a `Recheck`: an event after the forget (restart, compaction, more turns)",
-        "`record --recheck`",
+        "`gate --recheck`",
     ),
     ExtensionPoint("eu_audit.sweeps:SWEEPS", "a `SweepSpec`: one of the paper's sweeps", "`eu-audit sweep`"),
 )

@@ -168,7 +168,7 @@ def unknown_store(states: Iterable[StateAudit], tier: str) -> str:
 def check_tier(kind: str, tier: str) -> str:
     """Why a gate's ``kind.tier`` names no channel ("" when it may): prompt tiers and sink classes are a
     fixed vocabulary; a store is the agent's name for it (checked on the dump); a recheck event is one
-    ``record --recheck`` knows (whether it ran is checked on the run: one that did not fails closed)."""
+    ``gate --recheck`` knows (whether it ran is checked on the run: one that did not fails closed)."""
     if kind == "prompt" and tier not in PROMPT_TIERS:
         instead = NOT_A_TIER.get(tier, f"the prompt tiers are {', '.join(PROMPT_TIERS)}")
         return f"'prompt.{tier}' is no prompt tier ({instead})"
