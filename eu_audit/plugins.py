@@ -20,11 +20,16 @@ A data set (a folder under ``eu_audit/datasets/``) is one ``DataSet`` here: the 
 parts, by registry kind, which each registry imports by name on first use, and the suites it ships.
 
 ``docs/library.md`` lists the same table (``extension_points_table``; a test keeps the two equal).
+
+What was loaded is on the record: ``LOADED`` (each plug-in's distribution and version), and each registry
+entry's defining module (``Registry.origins``); an audit and its signed receipt name both, and
+``eu-audit plugins`` lists them. ``EU_AUDIT_NO_PLUGINS=1`` runs with eu-audit's built-ins alone.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -186,7 +191,19 @@ def add_data_set(ds: DataSet) -> None:
     loads before its own modules): its modules are then imported by the registries of their kinds."""
     if ds.name in DATASETS and DATASETS[ds.name] != ds:
         raise ValueError(f"data set '{ds.name}' is already registered")
+    kinds = registry_kinds()
+    wrong = sorted(set(ds.provides) - set(kinds))
+    if wrong:  # a misspelt kind would be skipped by every registry: refused, naming the kinds there are
+        raise ValueError(
+            f"data set '{ds.name}': no registry of kind {', '.join(map(repr, wrong))} "
+            f"(the kinds: {', '.join(kinds)})"
+        )
     DATASETS[ds.name] = ds
+
+
+def registry_kinds() -> list[str]:
+    """Every extension point's kind (``eu_audit.<kind>``), in the table's order."""
+    return [p.resolve().kind for p in EXTENSION_POINTS]
 
 
 def modules_for(kind: str) -> tuple[str, ...]:
@@ -196,6 +213,39 @@ def modules_for(kind: str) -> tuple[str, ...]:
 
 
 _loaded = False
+#: set (to anything but 0): no installed plug-in is loaded, eu-audit runs on its built-ins alone
+NO_PLUGINS = "EU_AUDIT_NO_PLUGINS"
+
+
+@dataclass(frozen=True)
+class LoadedPlugin:
+    """An entry point eu-audit loaded: its group and name, the module it names, and its distribution."""
+
+    group: str
+    name: str
+    module: str
+    dist: str  # "my-plugin==0.1.0" ("" when it came from no installed distribution)
+
+    def said(self) -> str:
+        return f"{self.dist or self.module} ({self.group}: {self.name})"
+
+
+#: every plug-in loaded in this process, in load order (what audits, receipts and `eu-audit plugins` name)
+LOADED: list[LoadedPlugin] = []
+
+
+def plugins_off() -> bool:
+    return os.environ.get(NO_PLUGINS, "") not in ("", "0")
+
+
+def load_group(group: str) -> None:
+    """Load every entry point of ``group`` (unless ``NO_PLUGINS`` is set), each kept in ``LOADED``."""
+    if plugins_off():
+        return
+    for ep in entry_points(group=group):
+        ep.load()
+        dist = f"{ep.dist.name}=={ep.dist.version}" if ep.dist is not None else ""
+        LOADED.append(LoadedPlugin(group, ep.name, ep.value, dist))
 
 
 def load_plugins() -> None:
@@ -205,8 +255,32 @@ def load_plugins() -> None:
     if _loaded:
         return
     _loaded = True  # before importing: a plugin module that uses a registry must not re-enter
-    for ep in entry_points(group=GROUP):
-        ep.load()
+    load_group(GROUP)
+
+
+def origin_of(module: str) -> str:
+    """The distribution a registering module belongs to ("eu-audit", "my-plugin==0.1.0"), or the module
+    itself when no installed distribution holds it (a script, a test)."""
+    from importlib.metadata import packages_distributions, version
+
+    top = module.split(".")[0]
+    if top == "eu_audit":
+        return "eu-audit"
+    dists = packages_distributions().get(top) or []
+    return f"{dists[0]}=={version(dists[0])}" if dists else module
+
+
+def added_by_plugins() -> dict[str, str]:
+    """Every registry entry not built into eu-audit ("metrics:mine") -> what defined it (its distribution,
+    or its module): what an audit and a receipt say was not eu-audit's own."""
+    out: dict[str, str] = {}
+    for point in EXTENSION_POINTS:
+        registry = point.resolve()
+        for name, module in registry.origins().items():
+            where = origin_of(module)
+            if where != "eu-audit":
+                out[f"{registry.kind}:{name}"] = where
+    return out
 
 
 def extension_points_table() -> str:

@@ -16,13 +16,22 @@ The kind is a Python identifier because it names that entry-point group.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
 from eu_audit.errors import BadInput
 
 T = TypeVar("T")
+
+
+def _registering_module() -> str:
+    """The module whose body is registering (the innermost module-level frame): a built-in module of
+    eu-audit, a plug-in's module, or a script; never the helper a registration goes through."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back  # type: ignore[assignment]
+    return str(frame.f_globals.get("__name__", "")) if frame is not None else ""
 
 
 class Registry(Generic[T]):
@@ -32,6 +41,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self.builtins = tuple(builtins)
         self._items: dict[str, T] = {}
+        self._origins: dict[str, str] = {}
         self._loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -48,6 +58,12 @@ class Registry(Generic[T]):
         if key in self._items and self._items[key] is not obj:
             raise ValueError(f"{self.kind} '{name}' is already registered")
         self._items[key] = obj
+        self._origins[key] = _registering_module()
+
+    def origins(self) -> dict[str, str]:
+        """name -> the module whose body registered it (``plugins.origin_of`` names its distribution)."""
+        self.load()
+        return dict(self._origins)
 
     def load(self) -> None:
         """Import the built-in modules, then the installed plugins (once)."""
@@ -59,8 +75,9 @@ class Registry(Generic[T]):
         load_plugins()  # first: an installed package may add a data set whose modules this kind imports
         for module in (*self.builtins, *modules_for(self.kind)):
             importlib.import_module(module)
-        for ep in entry_points(group=f"eu_audit.{self.kind}"):
-            ep.load()
+        from eu_audit.plugins import load_group
+
+        load_group(f"eu_audit.{self.kind}")
 
     def get(self, name: str) -> T:
         self.load()

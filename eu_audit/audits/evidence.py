@@ -203,6 +203,10 @@ def statement(
                         "controls_measured": controls,
                         "target_variant_digests": variant_digests,
                         "forget_hint": report.engine_facts.get("forget_hint"),
+                        # what was not eu-audit's own (only where a plug-in was loaded: older receipts
+                        # verify unchanged)
+                        **({"plugins": report.plugins} if report.plugins else {}),
+                        **({"defined_by": report.defined_by} if report.defined_by else {}),
                     },
                 }
             ],

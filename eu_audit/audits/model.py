@@ -263,6 +263,10 @@ class AuditReport(BaseModel):
     #: a black-box run's reference against eu-audit's own floor (a reference above it fails the gate:
     #: ``gate.OWN_FLOOR_RULE``); empty where the run measured no floor of eu-audit's own
     own_floor: list[OwnFloorCheck] = Field(default_factory=list)
+    #: the plug-ins loaded when it was made ("my-plugin==0.1.0 (eu_audit.plugins: mine)"), and each
+    #: registry entry not built into eu-audit with what defined it ("metrics:mine" -> "my-plugin==0.1.0")
+    plugins: list[str] = Field(default_factory=list)
+    defined_by: dict[str, str] = Field(default_factory=dict)
     cost: dict[str, float | int | str] = Field(default_factory=dict)  # wall time, engine, cores, per session
 
     def cell(self, method: str, suite: str) -> Cell | None:

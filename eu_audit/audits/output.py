@@ -208,6 +208,9 @@ def summary_lines(report: AuditReport) -> list[str]:
     if interrupted:  # record was stopped (^C, SIGTERM) and kept the sessions it had finished
         lines.append(f"The recording was interrupted {interrupted}: this audit is of those only.")
     lines += tamper_lines(report) + own_floor_lines(report) + forget_lines(report)
+    if report.plugins or report.defined_by:  # what decided it that is not eu-audit's own
+        defined = "; ".join(f"{k} by {v}" for k, v in report.defined_by.items()) or "nothing it used"
+        lines.append(f"Plug-ins loaded: {', '.join(report.plugins) or 'none'}; defined by them: {defined}.")
     hint = report.engine_facts.get("forget_hint")
     if hint:
         lines.append(f"The forget was sent the flagged observation's {hint}.")

@@ -22,6 +22,7 @@ from eu_audit.audits.own_floor import checks as own_floor_checks
 from eu_audit.audits.scoring import FloorPair, score_against_floor, without_floor
 from eu_audit.build_info import source_commit
 from eu_audit.bundle.io import file_digest
+from eu_audit.plugins import LOADED, added_by_plugins
 from eu_audit.stats import mcnemar_exact, tost_paired, wilcoxon_paired
 from eu_audit.trace.session import Bundle, SessionTrace
 
@@ -83,6 +84,8 @@ def summarise(
         cells=cells_of(states, methods, opts.margin, opts.floor),
         errors=sum(1 for s in states if s.error),
         own_floor=own_floor_checks(states, opts.alpha),
+        plugins=[p.said() for p in LOADED],
+        defined_by=added_by_plugins(),
     )
 
 

@@ -27,6 +27,7 @@ COMMANDS = (
     "agent",
     "suites",
     "pack",
+    "plugins",
 )
 for _name in COMMANDS:
     importlib.import_module(f"eu_audit.cli.{_name}")

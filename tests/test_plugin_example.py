@@ -1,0 +1,53 @@
+"""A plug-in package, installed as a user installs one (``examples/plugin``, pip), adds a metric, a gate
+set and a data set without editing eu-audit; ``eu-audit plugins`` lists what it defines, an audit names it
+with its version in the JSON and the receipt's annotations, and ``EU_AUDIT_NO_PLUGINS=1`` runs without it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "eu_audit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", **env},
+    )
+
+
+def test_an_installed_plugin_is_listed_used_and_named_on_the_record_and_can_be_switched_off(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "--target", str(target), str(ROOT / "examples/plugin")], check=True, timeout=300)
+    env = {"PYTHONPATH": os.pathsep.join([str(target), str(ROOT)])}
+    listed = _cli("plugins", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "eu-audit-example-plugin==0.1.0" in listed.stdout
+    for entry in ("metrics:z_words", "gate_sets:partial", "suites:example-one"):
+        assert entry in listed.stdout, listed.stdout
+    # its suite, its gate set and its metric in one gate run (a scripted agent: no model)
+    out, js = tmp_path / "bb.jsonl", tmp_path / "audit.json"
+    argv = ["gate", "--agent", "tests.scripted_agents:thorough", "--suite", "example-one", "--n", "1"]
+    argv += ["--fixed-n", "--gate-set", "partial", "-o", str(out), "--json", str(js)]
+    ran = _cli(*argv, env=env)
+    assert ran.returncode in (0, 1, 4), ran.stdout + ran.stderr
+    report = json.loads(js.read_text())
+    assert report["plugins"] == ["eu-audit-example-plugin==0.1.0 (eu_audit.plugins: example)"]
+    assert report["defined_by"]["metrics:z_words"] == "eu-audit-example-plugin==0.1.0"
+    assert any(g["rule"] == "agent.z_words<=floor" for g in report["gates"]), report["gates"]
+    assert any("z_words" in st["values"] for st in report["states"])
+    assert "Plug-ins loaded: eu-audit-example-plugin==0.1.0" in ran.stdout
+    # switched off: eu-audit's built-ins alone, and a run that needs the plug-in says what is missing
+    off = _cli(*argv[:-4], "-o", str(tmp_path / "off.jsonl"), env={**env, "EU_AUDIT_NO_PLUGINS": "1"})
+    assert off.returncode == 2 and "example-one" in off.stderr, off.stderr
