@@ -48,6 +48,10 @@ def test_an_installed_plugin_is_listed_used_and_named_on_the_record_and_can_be_s
     assert any(g["rule"] == "agent.z_words<=floor" for g in report["gates"]), report["gates"]
     assert any("z_words" in st["values"] for st in report["states"])
     assert "Plug-ins loaded: eu-audit-example-plugin==0.1.0" in ran.stdout
+    # the view shows it beside each state's probes, as a built-in metric (Metric.per_state)
+    site = tmp_path / "view"
+    assert _cli("view", str(js), "-o", str(site), env=env).returncode == 0
+    assert "z_words" in "".join(f.read_text() for f in site.rglob("*.html"))
     # switched off: eu-audit's built-ins alone, and a run that needs the plug-in says what is missing
     off = _cli(*argv[:-4], "-o", str(tmp_path / "off.jsonl"), env={**env, "EU_AUDIT_NO_PLUGINS": "1"})
     assert off.returncode == 2 and "example-one" in off.stderr, off.stderr

@@ -114,6 +114,8 @@ def _embed(p: FloorPair) -> float | None:
 metric(
     Metric(
         name="leak_probes",
+        channel="answers to probes",
+        per_state=True,
         label="Leak@probes",
         direction="low",
         binary=True,
@@ -129,6 +131,8 @@ metric(
 metric(
     Metric(
         name="leak5",
+        channel="sampled answers",
+        per_state=True,
         label="Leak@k",
         direction="low",
         binary=True,
@@ -145,6 +149,8 @@ metric(
 metric(
     Metric(
         name="leak_any",
+        per_state=True,
+        from_state=True,
         label="any-leak",
         direction="low",
         binary=True,
@@ -174,6 +180,9 @@ metric(
 metric(
     Metric(
         name="leak_exact",
+        channel="replies after the forget",
+        per_state=True,
+        from_state=True,
         label="exact",
         direction="low",
         binary=True,
@@ -185,6 +194,9 @@ metric(
 metric(
     Metric(
         name="leak_action",
+        channel="tool arguments",
+        per_state=True,
+        from_state=True,
         label="action",
         direction="low",
         binary=True,
@@ -197,6 +209,9 @@ metric(
 metric(
     Metric(
         name="residue_context",
+        channel="prompts after the forget",
+        per_state=True,
+        from_state=True,
         label="residue ctx",
         direction="low",
         binary=False,
@@ -219,6 +234,9 @@ metric(
 metric(
     Metric(
         name="residue_store",
+        channel="store dump",
+        per_state=True,
+        from_state=True,
         label="residue store",
         direction="low",
         binary=True,
@@ -237,6 +255,9 @@ metric(
 metric(
     Metric(
         name="residue_disk",
+        channel="files read by eu-audit (below the dump)",
+        per_state=True,
+        from_state=True,
         label="residue disk",
         direction="low",
         binary=True,
@@ -258,6 +279,7 @@ metric(
 metric(
     Metric(
         name="bystander",
+        per_state=True,
         label="bystander lost",
         direction="low",
         binary=False,
@@ -277,6 +299,7 @@ metric(
 metric(
     Metric(
         name="cad",
+        per_state=True,
         label="CAD",
         direction="low",
         binary=False,

@@ -20,16 +20,15 @@ SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schem
 INFORMATION_URI = "https://pypi.org/project/eu-audit/"
 #: a rule's outcome -> SARIF level: a failure is an error; a rule that could not decide is a warning
 LEVELS = {"failed": "error", "inconclusive": "warning", "insensitive": "warning"}
-#: a metric's channel row (``eu_audit.audits.channels``): where a failed rule on it shows z
-METRIC_CHANNELS = {
-    "residue_context": "prompts after the forget",
-    "residue_store": "store dump",
-    "residue_disk": "files read by eu-audit (below the dump)",
-    "leak_action": "tool arguments",
-    "leak_probes": "answers to probes",
-    "leak5": "sampled answers",
-    "leak_exact": "replies after the forget",
-}
+
+
+def channel_of(metric: str) -> str:
+    """The channel row a rule on ``metric`` reads (a metric's own ``channel``; a channel rule names it)."""
+    from eu_audit.audits.metric import METRICS
+
+    if "." in metric:
+        return metric
+    return METRICS.get(metric).channel if metric in METRICS else ""
 
 
 def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:
@@ -41,7 +40,7 @@ def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:
     if g.rule in PSEUDO_RULES or rep.side != "black":
         return "", ""
     rule = parse_rule(g.rule)
-    name = rule.metric if "." in rule.metric else METRIC_CHANNELS.get(rule.metric, "")
+    name = channel_of(rule.metric)
     if not name:
         return "", ""
     states = [s for s in rep.states if s.method == rule.method and not s.error]
@@ -49,7 +48,7 @@ def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:
     control = {s.session_id: s for s in rep.states if s.method == CONTROL and not s.error} or None
     got = {c.name: c for c in channels(states, floor, control)}
     # a rule over several prompt tiers (prompt.history) has no row of its own: the row over every tier
-    c = got.get(name) or got.get(METRIC_CHANNELS["residue_context"] if name.startswith("prompt.") else "")
+    c = got.get(name) or got.get(channel_of("residue_context") if name.startswith("prompt.") else "")
     if c is None:
         return name, "no session held z there"
     place = " ".join((c.example or c.why_unknown).split())

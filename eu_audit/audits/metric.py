@@ -62,6 +62,14 @@ class Metric:
     #: what a rule on it evidences, for a signed receipt's controls ("this run measured X", never legal
     #: advice); empty: the receipt names no obligation for it
     receipt: tuple[str, ...] = ()
+    #: the channel row (``eu_audit.audits.channels``) where a failed rule on it shows z: the place SARIF
+    #: and the job summary point at for it ("": none)
+    channel: str = ""
+    #: shown beside each state's probes in the view: its value says whether z was measured in that state
+    per_state: bool = False
+    #: read from the post-forget state or serve's log, which an audit JSON does not keep: ``rescore``
+    #: leaves it as the audit had it (and says so)
+    from_state: bool = False
 
     def measured_in(self, states: Iterable[Any]) -> bool:
         """Whether any of ``states`` (``StateAudit``) carries this metric, measured or not measurable."""

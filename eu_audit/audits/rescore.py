@@ -36,8 +36,13 @@ from eu_audit.matching import TargetMatcher
 
 #: a span an earlier mask replaced (``eu_audit.audits.evidence.Mask``)
 MASKED_SPAN = re.compile(r"\[z:[0-9a-f]{12}\]")
-#: the values it cannot recompute from an audit JSON, named in the command's output
-FROM_STATE = ("leak_exact", "leak_action", "leak_any", "residue_context", "residue_store", "residue_disk")
+
+
+def from_state() -> list[str]:
+    """The values it cannot recompute from an audit JSON (``Metric.from_state``), named in its output."""
+    from eu_audit.audits.metric import METRICS
+
+    return [m.name for m in METRICS.in_order() if m.from_state]
 
 
 @dataclass

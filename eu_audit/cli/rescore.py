@@ -55,7 +55,7 @@ def rescore_command(
     [bold]eu-audit rescore reports/audit-qwen2.5/rows/audits/slices -o /tmp/slices[/]
     """
     from eu_audit.audits.model import read_report
-    from eu_audit.audits.rescore import FROM_STATE, RescoreCounts, rescore, suite_targets
+    from eu_audit.audits.rescore import RescoreCounts, from_state, rescore, suite_targets
     from eu_audit.build_info import source_commit
     from eu_audit.jsonl import atomic_writer, check_output_path
 
@@ -99,6 +99,6 @@ def rescore_command(
     say(
         out,
         "left as they were (they read the state or the serve log, which an audit JSON does not keep): "
-        + ", ".join(FROM_STATE),
+        + ", ".join(from_state()),
     )
     say(out, f"wrote {len(reports)} audit(s): {pairs[0][1] if len(pairs) == 1 else out_path}")

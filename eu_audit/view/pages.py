@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from eu_audit.audits.gate import gate_results
-from eu_audit.audits.metric import TABLE_TITLES, table_metrics
+from eu_audit.audits.metric import METRICS, TABLE_TITLES, table_metrics
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit, StateResidue
 from eu_audit.audits.output import fmt, row_order, shown_suites
 from eu_audit.audits.rules import CONTROL, overall
@@ -241,23 +241,9 @@ def session_views(rep: AuditReport) -> list[SessionView]:
     return out
 
 
-#: the metrics whose value says z was measured in a state, shown beside its probes
-LEAK_METRICS = (
-    "leak_probes",
-    "leak5",
-    "leak_any",
-    "leak_exact",
-    "leak_action",
-    "residue_context",
-    "residue_store",
-    "residue_disk",
-    "bystander",
-    "cad",
-)
-
-
 def _state_view(s: StateAudit) -> StateView:
-    leaks = [(m, f"{v:g}") for m in LEAK_METRICS if (v := s.values.get(m)) is not None]
+    shown = [m.name for m in METRICS.in_order() if m.per_state]  # a plug-in's too (Metric.per_state)
+    leaks = [(m, f"{v:g}") for m in shown if (v := s.values.get(m)) is not None]
     probes = [(p.probe, p.leaked, short(p.text)) for p in s.probes]
     samples = [short(t, 240) for t in s.samples[:3]]
     forget = (

@@ -40,7 +40,8 @@ METRICS.add(
         binary=False,
         description="share of the target's words (4+ letters) still said in answers and samples",
         compute=z_words,
-        control=True,
+        control=True,  # a hold needs the no-forget control to have said z's words
+        per_state=True,  # shown beside each state's probes in eu-audit view
     ),
 )
 GATE_SETS.add("partial", GateSet(("leak_any<=floor", "z_words<=floor")))
