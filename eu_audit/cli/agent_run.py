@@ -15,6 +15,17 @@ from eu_audit.cli.app import err, out, progress_bar, say
 from eu_audit.errors import BadInput
 from eu_audit.trace.records import AGENT_METHOD
 
+RecordSuite = Annotated[
+    str,
+    typer.Option(
+        help="Suite name (see `eu-audit suites list`), an episodes JSONL file, or loader:PATH; "
+        "a comma list records --n sessions from each."
+    ),
+]
+RecordSeed = Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")]
+RecordStateDir = Annotated[
+    Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")
+]
 RecordAgent = Annotated[
     str | None,
     typer.Option(

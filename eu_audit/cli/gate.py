@@ -22,9 +22,12 @@ from eu_audit.cli.agent_run import (
     RecordPositiveControl,
     RecordRecheck,
     RecordSameUserOk,
+    RecordSeed,
     RecordServe,
     RecordServeControl,
+    RecordStateDir,
     RecordStorePath,
+    RecordSuite,
     bounds_of,
     run_agent,
 )
@@ -43,7 +46,6 @@ from eu_audit.cli.audit import (
     check_acceptance,
     check_attest,
 )
-from eu_audit.cli.record import RecordSeed, RecordStateDir, RecordSuite
 from eu_audit.defaults import SAMPLES_K
 from eu_audit.errors import BadInput
 from eu_audit.shards import Shard
@@ -59,7 +61,8 @@ GateAgent = Annotated[
     ),
 ]
 GateN = Annotated[
-    int, typer.Option(min=1, help="The most sessions per suite (the rounds stop earlier when decided).")
+    int | None,
+    typer.Option(min=1, help="The most sessions per suite (the rounds stop earlier when decided)."),
 ]
 GateOut = Annotated[
     Path, typer.Option("--out", "-o", help="The bundle to write (JSONL, mode 0600: it holds the targets).")

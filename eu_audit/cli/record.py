@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -22,15 +22,16 @@ from eu_audit.cli.agent_run import (
     RecordPositiveControl,
     RecordRecheck,
     RecordSameUserOk,
+    RecordSeed,
     RecordServe,
     RecordServeControl,
+    RecordStateDir,
     RecordStorePath,
+    RecordSuite,
     RecordUntilDecided,
     RecordUntilGate,
     RecordUntilGateSet,
-    bounds_of,
     rounds_of,
-    run_agent,
 )
 from eu_audit.cli.app import (
     Force,
@@ -49,13 +50,6 @@ from eu_audit.shards import Shard
 if TYPE_CHECKING:
     from eu_audit.record import RecordResult
 
-RecordSuite = Annotated[
-    str,
-    typer.Option(
-        help="Suite name (see `eu-audit suites list`), an episodes JSONL file, or loader:PATH; "
-        "a comma list records --n sessions from each."
-    ),
-]
 RecordN = Annotated[
     int | None,
     typer.Option("--n", help="Sessions per suite (cycles through it); default: each episode once."),
@@ -64,7 +58,6 @@ RecordModel = Annotated[
     str,
     typer.Option(help="Registered model (see `eu-audit models`), a local HF directory or a .gguf file."),
 ]
-RecordSeed = Annotated[int, typer.Option(help="Seed; the same seed gives a byte-identical bundle.")]
 RecordOutPath = Annotated[Path, typer.Option("--out", "-o", help="Bundle to write (JSONL, mode 0600).")]
 RecordCheckpoints = Annotated[
     CheckpointPolicy | None,
@@ -79,9 +72,6 @@ RecordMaxTokens = Annotated[int, typer.Option(min=1, help="Default cap on tokens
 RecordDtype = Annotated[str, typer.Option(help="float32 or bfloat16.")]
 RecordKvSidecar = Annotated[
     bool, typer.Option(help="Also write the final KV cache as a safetensors sidecar.")
-]
-RecordStateDir = Annotated[
-    Path | None, typer.Option(help="Memory store and tool outbox folder (default: <out>.state/).")
 ]
 RecordEngine = Annotated[
     str,
@@ -132,6 +122,26 @@ def _agent_only(
         "--store-path": bool(store_path),
         "--until-decided": until_decided,
         "--same-user-ok": same_user_ok,
+    }
+
+
+#: record's options that mean the same on ``gate`` (the rest are named apart: ``_as_gate``)
+_SAME_ON_GATE = (
+    "serve", "suite", "n", "seed", "k", "serve_control", "agent_timeout", "max_response_mb", "max_bundle_mb",
+    "keep_state", "hint", "recheck", "positive_control", "own_floor", "store_path", "same_user_ok",
+    "state_dir", "shard", "force",
+)  # fmt: skip
+
+
+def _as_gate(given: dict[str, Any]) -> dict[str, Any]:
+    """``record --agent``'s options as ``gate``'s: the same names, the rounds and the tenants renamed."""
+    return {
+        **{name: given[name] for name in _SAME_ON_GATE},
+        "out_path": given["out_path"],
+        "until_decided": given["until_decided"],
+        "gate_set": given["until_gate_set"],
+        "gate": given["until_gate"],
+        "tenants_in_flight": given["concurrency"],
     }
 
 
@@ -204,35 +214,13 @@ def record_command(
         "--ctx": ctx is not None,
     }
     agent_only = _agent_only(recheck, positive_control, store_path, until_decided, same_user_ok, own_floor)
-    rounds = rounds_of(until_decided, until_gate_set, until_gate)
+    rounds_of(until_decided, until_gate_set, until_gate)  # --until-gate* without --until-decided: refused
     _check_kind(agent, white_box_only, agent_only)
-    if agent is not None:
+    if agent is not None:  # the old spelling of `eu-audit gate --record-only`
         say(err, DEPRECATED_AGENT)
-        from eu_audit.blackbox.drive import AgentRecordOptions
-        from eu_audit.blackbox.recheck import parse_rechecks
+        from eu_audit.cli.gate import gate_command
 
-        opts_bb = AgentRecordOptions(
-            agent=agent,
-            serve=serve,
-            serve_control=serve_control,
-            suite=suite,
-            n=n,
-            seed=seed,
-            out=out_path,
-            k=k,
-            state_dir=state_dir,
-            force=force,
-            keep_state=keep_state,
-            hint=hint,
-            recheck=parse_rechecks(recheck),
-            positive_control=positive_control,
-            own_floor=own_floor,
-            store_paths=tuple(store_path or ()),
-            concurrency=concurrency,
-            shard=Shard.parse(shard) if shard else None,
-            bounds=bounds_of(agent_timeout, max_response_mb, max_bundle_mb),
-        )
-        run_agent(opts_bb, rounds, same_user_ok)
+        gate_command(**_as_gate(locals()), agent=agent, record_only=True)
         return
     opts = RecordOptions(
         suite=suite,
