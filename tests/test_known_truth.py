@@ -198,3 +198,9 @@ def test_eu_audits_own_floor_is_driven_beside_the_reference_on_a_lane_of_its_own
     assert "own-floor" not in rep.methods
     assert {(c.said, c.n) for c in rep.own_floor} == {("probes", 1), ("samples", 1)}
     assert any(line.startswith("eu-audit's own floor (its runtime") for line in summary_lines(rep))
+    # no rule is ever made for it: it is no method under test (a gate set once held it to the forget set)
+    from eu_audit.audit import audit_plan
+
+    plan = audit_plan(out, AuditOptions())
+    rules = expand_gate_sets(["forget"], plan.methods, plan.side, plan.measurable)
+    assert rules and not any(r.startswith("own-floor.") for r in rules), rules

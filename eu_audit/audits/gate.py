@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from eu_audit.audits.channels import CHANNEL_KINDS, check_tier
 from eu_audit.audits.metric import METRICS, Side, junit_metrics
-from eu_audit.audits.model import FLOOR, SERVING, AuditReport, GateResult
+from eu_audit.audits.model import FLOOR, OWN_FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.audits.rules import CONTROL, Rule, other_method
 from eu_audit.errors import BadInput
 from eu_audit.registry import Registry
@@ -150,7 +150,7 @@ def expand_gate_sets(
         gate_set = GATE_SETS.get(name)
         extra = [r for r in gate_set.where_measured if parse_rule(f"x.{r}").metric in can]
         for method in methods:
-            if method in (FLOOR, CONTROL, SERVING):
+            if method in (FLOOR, CONTROL, SERVING, OWN_FLOOR):
                 continue
             for rule in [*gate_set.rules, *extra]:
                 if side == "black" and rule in gate_set.white_box_only:
@@ -250,7 +250,7 @@ def default_rules(
     method under test: its rules only with ``control`` (the summary's line on what no forget leaves)."""
     out = []
     for method in report.methods:
-        if method in (FLOOR, SERVING) or (method == CONTROL and not control):
+        if method in (FLOOR, SERVING, OWN_FLOOR) or (method == CONTROL and not control):
             continue
         for suite in suites if suites is not None else report.suites:
             states = [s for s in report.states if s.method == method and suite in ("all", s.suite)]
@@ -264,7 +264,7 @@ def not_measured(report: AuditReport) -> list[tuple[str, str, str]]:
     """(method, metric, why) for the JUnit metrics a method's states could not measure at all."""
     out = []
     for method in report.methods:
-        if method in (FLOOR, SERVING):
+        if method in (FLOOR, SERVING, OWN_FLOOR):
             continue
         states = [s for s in report.states if s.method == method and not s.error]
         for m in junit_metrics():
