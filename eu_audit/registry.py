@@ -23,13 +23,26 @@ from typing import Generic, TypeVar
 from eu_audit.errors import BadInput
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., object])
+
+
+#: the code of helpers that register on their caller's behalf (``metric``, ``@method``, ``@tool``): the
+#: registration is their caller's, so the origin is looked for beyond them
+_FORWARDERS: set[object] = set()
+
+
+def forwards_registration(fn: F) -> F:
+    """Mark ``fn`` as a helper that registers what its caller defines (its caller is the origin)."""
+    _FORWARDERS.add(fn.__code__)
+    return fn
 
 
 def _registering_module() -> str:
-    """The module whose body is registering (the innermost module-level frame): a built-in module of
-    eu-audit, a plug-in's module, or a script; never the helper a registration goes through."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_name != "<module>":
+    """The module that registers: the first caller outside this module and the helpers that forward a
+    registration (``forwards_registration``): a built-in module of eu-audit (at import, or in a function
+    it calls later), a plug-in's module, a test or a script."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_globals.get("__name__") == __name__ or frame.f_code in _FORWARDERS):
         frame = frame.f_back  # type: ignore[assignment]
     return str(frame.f_globals.get("__name__", "")) if frame is not None else ""
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from eu_audit.registry import Registry
+from eu_audit.registry import Registry, forwards_registration
 from eu_audit.trace.records import Side  # re-exported: the audits' name for it
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ class Metric:
 METRICS: Registry[Metric] = Registry("metrics", builtins=("eu_audit.audits.catalog",))
 
 
+@forwards_registration
 def metric(m: Metric) -> Metric:
     METRICS.add(m.name, m)
     return m

@@ -20,7 +20,7 @@ from eu_audit.engines import KVEngine, TokenAccount
 from eu_audit.engines.base import ABILITY_NAMES, Abilities
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
-from eu_audit.registry import Registry
+from eu_audit.registry import Registry, forwards_registration
 from eu_audit.runtime.agent import Agent, AgentSettings, FixedTurns, ReplayInputs
 from eu_audit.runtime.chat import ChatFormat
 from eu_audit.runtime.memory import MemoryStore, Outbox
@@ -174,6 +174,7 @@ def method(
             f"method '{name}' needs unknown abilities {sorted(unknown)} (known: {ABILITY_NAMES})"
         )
 
+    @forwards_registration
     def deco(fn: Callable[[ForgetContext], MethodResult]) -> Callable[[ForgetContext], MethodResult]:
         METHODS.add(name, MethodSpec(name, description, fn, frozenset(needs), place, in_all))
         return fn

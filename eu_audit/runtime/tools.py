@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from eu_audit.registry import Registry
+from eu_audit.registry import Registry, forwards_registration
 
 ToolFn = Callable[[dict[str, Any], dict[str, Any]], Any]
 
@@ -46,6 +46,7 @@ def tool(
 ) -> Callable[[ToolFn], ToolFn]:
     """Decorator: register ``fn(env, args) -> result`` as a tool."""
 
+    @forwards_registration
     def deco(fn: ToolFn) -> ToolFn:
         TOOLS.add(name, ToolSpec(name, description, params, consequential, identifier_args, fn))
         return fn
