@@ -54,7 +54,9 @@ def _gate(serve: str, route: str, concurrency: int, tmp_path: Path, cli: bool) -
     out, report = tmp_path / "bundle.jsonl", tmp_path / "audit.json"
     with http_process([*argv, "--control-file", str(control)], health="/eu-audit/v1/capabilities") as agent:
         if not cli:
-            opts = AgentRecordOptions(agent=agent, serve=serve, n=1, k=1, concurrency=concurrency, out=out)
+            opts = AgentRecordOptions(
+                agent=agent, serve=serve, n=1, k=1, concurrency=concurrency, out=out, own_floor=False
+            )
             try:
                 record_agent(opts)
             except RunFailed as exc:
@@ -67,7 +69,8 @@ def _gate(serve: str, route: str, concurrency: int, tmp_path: Path, cli: bool) -
                 {**rep.model_dump(mode="json"), "gates": [g.model_dump() for g in gates]},
             )
         rec = run_cli(
-            "record", "--agent", agent, "--same-user-ok", "--serve", serve, "--suite", "builtin", "--n", "1",
+            "record", "--agent", agent, "--same-user-ok", "--no-own-floor", "--serve", serve, "--suite",
+            "builtin", "--n", "1",
             "--k", "1", "--concurrency", str(concurrency), "--out", str(out),
         )  # fmt: skip
     if rec.returncode != 0:

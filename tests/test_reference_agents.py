@@ -140,7 +140,8 @@ def test_the_reference_agents_take_lanes_so_their_tenants_run_side_by_side(
         reference_agent(name, url, tmp_path / "data") as agent,  # type: ignore[attr-defined]
     ):
         proc = run_cli(
-            "record", "--agent", agent, "--same-user-ok", "--serve", url, "--serve-control", str(control),
+            "record", "--agent", agent, "--same-user-ok", "--no-own-floor", "--serve", url,
+            "--serve-control", str(control),
             "--suite", "builtin", "--k", "1", "--concurrency", "2", "-o", str(tmp_path / "b.jsonl"),
             "--recheck", "restart,compact,turns-1",
         )  # fmt: skip
@@ -218,7 +219,8 @@ def test_an_agent_on_anthropics_sdk_is_gated_through_the_messages_api_at_the_sdk
         http_process([sys.executable, str(script), "--data", str(tmp_path / "data")], env={}) as agent,
     ):
         proc = run_cli(
-            "record", "--agent", agent, "--same-user-ok", "--serve", url, "--serve-control", str(control),
+            "record", "--agent", agent, "--same-user-ok", "--no-own-floor", "--serve", url,
+            "--serve-control", str(control),
             "--suite", "builtin", "--n", "1", "--k", "1", "-o", str(tmp_path / "b.jsonl"),
         )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

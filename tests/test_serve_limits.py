@@ -407,7 +407,9 @@ def test_an_agent_that_forges_marks_still_has_its_post_forget_prompts_counted(
     assert bundle.header.engine_facts["serve_control_key"] == call(url, "/eu-audit/v1/info")[1]["control_key"]
     os.chmod(control, 0o600)
     # every refused attempt is a finding, counted per tenant, and fails the gate whatever else held
-    tried = {s.session.method: s.residues[0].tamper for s in bundle.sessions}
+    tried = {  # eu-audit's own floor is driven by eu-audit, not by the forger
+        s.session.method: s.residues[0].tamper for s in bundle.sessions if s.session.method != "own-floor"
+    }
     assert all(t.get("control_refused", 0) >= 4 for t in tried.values()), tried
     from eu_audit.audit import AuditOptions, audit
     from eu_audit.audits.gate import evaluate

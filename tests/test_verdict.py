@@ -486,7 +486,8 @@ def test_a_failed_rule_in_junit_names_the_place_z_was_found_not_only_the_rule() 
 def test_a_working_forget_exits_0_and_every_headline_agrees_with_its_exit_code() -> None:
     """The confusion matrix's rows (reports/discrimination, Qwen2.5-Coder-0.5B through the default gate):
     the good minimal agent's audit exits 0 and is headlined "Forget", each bad agent's exits 1 and is
-    headlined by what it kept or lost, never "Forget" nor "not shown"."""
+    headlined by what it kept or lost, never "Forget" nor "not shown"; one undecided (exit 4) says it was not
+    shown to forget."""
     from eu_audit.audits.gate import exit_code
 
     rows = Path(__file__).resolve().parents[1] / "reports/discrimination/rows"
@@ -497,6 +498,8 @@ def test_a_working_forget_exits_0_and_every_headline_agrees_with_its_exit_code()
         seen[path.parent.name] = code
         if code == 0:
             assert headline.startswith("Forget (every rule held with evidence"), (path, headline)
+        elif code == 4:  # undecided (eu-audit's B7 agent: any-leak insensitive at n = 30): said so
+            assert headline.startswith("Not shown to forget here"), (path, headline)
         else:
             assert not headline.startswith(("Forget (", "Not shown")), (path, code, headline)
     assert seen.get("minimal-remove") == 0 and seen.get("noop") == 1, seen

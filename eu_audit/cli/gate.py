@@ -149,7 +149,7 @@ def gate_command(
     from eu_audit.rounds import Gate
 
     check_acceptance(on_inconclusive, on_insensitive)
-    if shard and (until_decided or not record_only):
+    if shard and not record_only:  # in rounds, the rounds' own check says why a shard cannot
         raise BadInput("--shard records one shard of a fixed run: add --fixed-n --record-only, then gate the "
                        "shards' union with `eu-audit merge` and `eu-audit audit` (examples/ci)")  # fmt: skip
     for path in (json_path, junit_path, sarif_path, summary_md):
