@@ -123,8 +123,13 @@ class ResponseFrames:
         ]
 
     def delta(self, text: str) -> Frame:
+        name, data = self.rest(text)
+        return self._ev(str(name), data)
+
+    def rest(self, text: str) -> Frame:
+        """The text not sent yet as one delta, unnumbered (``finish`` numbers it in the order sent)."""
         at = {"item_id": self.mid, "output_index": 0, "content_index": 0}
-        return self._ev("response.output_text.delta", at | {"delta": text, "logprobs": []})
+        return "response.output_text.delta", at | {"delta": text, "logprobs": []}
 
     @staticmethod
     def text_of(resp: dict[str, Any]) -> str:
@@ -162,6 +167,10 @@ class MessageFrames:
         delta = {"type": "text_delta", "text": text}
         return "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
 
+    def rest(self, text: str) -> Frame:
+        """The text not sent yet as one delta (the Messages API numbers no event)."""
+        return self.delta(text)
+
     @staticmethod
     def text_of(msg: dict[str, Any]) -> str:
         first = msg["content"][0] if msg["content"] else {}
@@ -191,7 +200,9 @@ def _unnumbered(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in ("type", "sequence_number")}
 
 
-def _less_sent(whole: list[Frame], rest: str, opened: bool, frames: Frames) -> list[Frame]:
+def _less_sent(
+    whole: list[Frame], rest: str, opened: bool, frames: ResponseFrames | MessageFrames
+) -> list[Frame]:
     """The whole answer's events after its stream's first (sent already): where its text block was
     opened live, the block's opening and text deltas left out and the text not sent yet put in as one
     delta before the block's text ends."""
@@ -203,10 +214,7 @@ def _less_sent(whole: list[Frame], rest: str, opened: bool, frames: Frames) -> l
         if first and name in _OPENING | _TEXT_DELTA:  # the text block, opened live: its text is sent
             continue
         if first and name in _TEXT_DONE and rest:
-            d = frames.delta(rest)
-            out.append(d if isinstance(frames, MessageFrames) else (d[0], _unnumbered(d[1])))
-            if isinstance(frames, ResponseFrames):
-                frames.n -= 1  # numbered again with the rest, in the order sent
+            out.append(frames.rest(rest))
         out.append((name, data))
     return out
 
