@@ -1,10 +1,21 @@
 from __future__ import annotations
 
+import os
+
+# One thread per model per test worker: the tests run on every core (pytest-xdist, ``-n auto``), and two
+# workers' models each spinning a thread per core starve each other (llama.cpp's pool spins while it
+# waits; 2 workers x 2 threads on 2 cores took twice the serial time). Set before torch or llama.cpp
+# loads, and inherited by every server and agent a test starts.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "EU_AUDIT_THREADS"):
+        os.environ.setdefault(_var, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
 from pathlib import Path
 
 import pytest
 
-from eu_audit.bundle.io import Bundle
+from eu_audit.bundle.io import Bundle, read_bundle
 from eu_audit.episodes import Episode
 from eu_audit.models import FAST_MODEL, TINY_MODEL, LoadedModel, load_model
 from eu_audit.suites import load_episodes, load_suite
@@ -31,10 +42,14 @@ def smol_all(smol: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> tup
     B7): (recorded path, recorded, unlearned bundle at ``recorded path``'s folder / out.jsonl). One
     recording for every test that reads it. Every method's definition is tested on the tiny model
     (test_methods); B5' and B9 equal B5 on the default model in reports/audit-qwen2.5 (rows committed)."""
-    from .helpers import record_and_unlearn
+    from .helpers import once_per_run, record_and_unlearn
 
     eps = load_episodes(Path(__file__).parent.parent / "suites" / "builtin.jsonl")
-    return record_and_unlearn(smol, tmp_path_factory.mktemp("smol"), eps, [SMOL_ALL_METHODS])
+    with once_per_run(tmp_path_factory, "smol-all") as (folder, done):
+        if done:  # another test worker recorded it: the same greedy run, read back
+            src = folder / "trace.jsonl"
+            return src, read_bundle(src), read_bundle(folder / "out.jsonl")
+        return record_and_unlearn(smol, folder, eps, [SMOL_ALL_METHODS])
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import torch
 
 from eu_audit.bundle.io import Bundle, read_bundle
@@ -22,6 +24,23 @@ from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.trace.records import SinkPolicy
 from eu_audit.unlearn import unlearn
+
+
+@contextlib.contextmanager
+def once_per_run(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A folder every test worker of this run shares, and whether a worker already filled it: the first
+    worker to arrive makes what goes in it while the others wait on a lock, then read it (an expensive
+    session fixture made once per run, not once per worker)."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' base folders share this parent
+    folder = root / name
+    folder.mkdir(exist_ok=True)
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / ".done"
+        yield folder, done.exists()
+        done.touch()
 
 
 def record_and_unlearn(

@@ -112,6 +112,7 @@ def test_an_agent_whose_forget_only_deletes_the_record_fails_and_the_audit_names
             "--suite", str(memory_episodes), "--out", str(bundle),
             "--k", "1",  # one sample per state: the rules below read prompts and the dump, not Leak@k
             "--no-positive-control",  # the rules below fail: a failure needs no control (a third faster)
+            "--no-own-floor",  # eu-audit's own floor is tested apart (test_floor, test_known_truth)
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = run_cli("audit", str(bundle), *GATES)

@@ -54,9 +54,11 @@ EXIT_CODES = (0, 1, 2, 3, 4)
 DEBUG_ENV = "EU_AUDIT_DEBUG"  # set to 1 (or pass --debug) to see the traceback of a failed run
 
 
-def say(console: Console, *parts: str | Text) -> None:
-    """Print text that may hold user-controlled strings (paths, ids, rules): never parsed as markup."""
-    console.print(Text.assemble(*parts), highlight=False)
+def say(console: Console, *parts: str | Text, wrap: bool = True) -> None:
+    """Print text that may hold user-controlled strings (paths, ids, rules): never parsed as markup.
+    ``wrap=False`` leaves the line whole (the terminal folds it on screen): a path or a ``file:line`` in
+    it stays one string a user can copy and a log search can find."""
+    console.print(Text.assemble(*parts), highlight=False, soft_wrap=not wrap)
 
 
 #: without a terminal (CI logs, ``> file``) progress is printed as plain lines, at most one per this many s
@@ -151,7 +153,7 @@ ShardOption = Annotated[
 
 
 def fail(exc: BaseException, message: str, code: int) -> None:
-    say(err, Text("error: ", style="bold red"), message)
+    say(err, Text("error: ", style="bold red"), message, wrap=False)
     if os.environ.get(DEBUG_ENV):
         err.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
     sys.exit(code)
