@@ -10,6 +10,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from eu_audit.record import RecordOptions, record
 from eu_audit.runtime.agent import Agent, AgentSettings
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
+from eu_audit.serve.api import LogEntry
 from eu_audit.trace.records import SinkPolicy
 from eu_audit.unlearn import unlearn
 
@@ -41,6 +43,11 @@ def once_per_run(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[P
         done = folder / ".done"
         yield folder, done.exists()
         done.touch()
+
+
+def logged(**fields: Any) -> LogEntry:
+    """One entry of serve's log as the harness reads it (``LogEntry``), from the fields a test names."""
+    return LogEntry.model_validate({"seq": 0, "time": 0.0, **fields})
 
 
 def record_and_unlearn(

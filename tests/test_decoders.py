@@ -13,6 +13,8 @@ from eu_audit.blackbox.residue import tiers_with_z
 from eu_audit.matching import TargetMatcher
 from eu_audit.matching.evaluate import read_rows, score_matcher
 
+from .helpers import logged
+
 Z = "DE89 3704 0044 0532 0130 00"
 SAID = f"Your IBAN is {Z}."
 
@@ -38,7 +40,7 @@ ENCODED = {
 
 @pytest.mark.parametrize("how", ENCODED)
 def test_z_sent_encoded_in_a_prompt_is_found_and_the_finding_says_how_without_carrying_it(how: str) -> None:
-    entry = {"endpoint": "/v1/chat/completions", "messages": [{"role": "user", "content": ENCODED[how]}]}
+    entry = logged(endpoint="/v1/chat/completions", messages=[{"role": "user", "content": ENCODED[how]}])
     matcher = TargetMatcher.of(Z)
     tiers, example = tiers_with_z(entry, matcher)
     assert tiers == ["history: user turns"], (how, example)
@@ -51,10 +53,9 @@ def test_z_sent_encoded_in_a_prompt_is_found_and_the_finding_says_how_without_ca
 def test_z_in_look_alike_letters_of_another_script_is_found() -> None:
     z = "Maria Petrova"
     cyrillic = "Mаriа Pеtrоvа"  # Cyrillic a, e, o: the same letters to a reader and to a model
-    entry = {
-        "endpoint": "/v1/chat/completions",
-        "messages": [{"role": "system", "content": f"User: {cyrillic}"}],
-    }
+    entry = logged(
+        endpoint="/v1/chat/completions", messages=[{"role": "system", "content": f"User: {cyrillic}"}]
+    )
     tiers, example = tiers_with_z(entry, TargetMatcher.of(z))
     assert tiers and "look-alike letters" in example
 

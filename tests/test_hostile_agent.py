@@ -22,7 +22,7 @@ import pytest
 from eu_audit.models import TINY_MODEL
 from eu_audit.serve.control import default_control_file
 
-from .helpers import cli_server, http_process, run_cli
+from .helpers import cli_server, http_process, logged, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -239,8 +239,9 @@ def test_z_in_the_references_calls_is_tampering_unless_its_own_model_wrote_z_fir
     def found(entries: list[dict]) -> dict:
         ref.own_z_replies.clear()  # each list of entries is a run of its own
         got = find_tampering(
-            entries, key="k", sent=set(), tenants={"t5": ref}, lanes={}, first=("s0", "agent")
-        )
+            [logged(**e) for e in entries], key="k", sent=set(), tenants={"t5": ref}, lanes={},
+            first=("s0", "agent"),
+        )  # fmt: skip
         return got.counts.get(("s0", "b5"), {})
 
     assert found([call("you live at 12 Linden Street")]) == {"reference_z": 1}
@@ -270,11 +271,11 @@ def test_a_call_quoting_a_turn_its_tenant_had_not_been_sent_yet_is_tampering() -
     turn = "Please book the dentist for next Tuesday morning."
     held = Tenant("s0", "b0", TargetMatcher.of("12 Linden Street"), fed=[(100.0, "Hi"), (200.0, turn)])
 
-    def at(logged: float) -> dict:
+    def at(when: float) -> dict:
         mark = {"key": "k", "tenant": "t0", "phase": "stream"}
         msgs = [{"role": "user", "content": turn}]
         entry = {"endpoint": "/v1/chat/completions", "status": 200, "mark": mark, "messages": msgs}
-        got = find_tampering([{**entry, "time": logged}], key="k", sent=set(), tenants={"t0": held},
+        got = find_tampering([logged(**entry, time=when)], key="k", sent=set(), tenants={"t0": held},
                              lanes={}, first=("s0", "agent"))  # fmt: skip
         return got.counts.get(("s0", "b0"), {})
 

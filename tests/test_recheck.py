@@ -20,9 +20,10 @@ from eu_audit.blackbox.recheck import parse_rechecks
 from eu_audit.blackbox.residue import context_residue
 from eu_audit.bundle.io import read_bundle
 from eu_audit.errors import BadInput
+from eu_audit.serve.api import LogEntry
 from eu_audit.trace.records import ResidueRecord
 
-from .helpers import run_cli
+from .helpers import logged, run_cli
 
 RECHECK = ("restart", "compact", "turns-2")
 
@@ -113,13 +114,11 @@ def test_the_prompts_of_a_recheck_are_its_own_events_calls() -> None:
     """Each residue record counts the calls serve logged under its own mark: the first record the
     post-forget phases, a recheck's record only the calls marked with its event."""
 
-    def entry(phase: str, text: str, event: str = "") -> dict[str, object]:
+    def entry(phase: str, text: str, event: str = "") -> LogEntry:
         mark = {"key": "k", "tenant": "r-s0-agent", "phase": phase, "event": event}
-        return {
-            "endpoint": "/v1/chat/completions",
-            "mark": mark,
-            "messages": [{"role": "user", "content": text}],
-        }
+        return logged(
+            endpoint="/v1/chat/completions", mark=mark, messages=[{"role": "user", "content": text}]
+        )
 
     entries = [
         entry("future", "nothing here"),

@@ -51,12 +51,7 @@ from eu_audit.blackbox.options import CONTROL_TENANT, OWN_FLOOR_TENANT, RECORDED
 from eu_audit.blackbox.own_floor import OwnFloor
 from eu_audit.blackbox.residue import context_residue, store_residue
 from eu_audit.blackbox.serve_control import ServeControl
-from eu_audit.blackbox.tamper import (
-    MODEL_ENDPOINTS,
-    TamperEvidence,
-    Tenant,
-    find_tampering,
-)
+from eu_audit.blackbox.tamper import TamperEvidence, Tenant, find_tampering
 from eu_audit.blackbox.undeclared import UndeclaredFiles
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
@@ -67,6 +62,7 @@ from eu_audit.plan import RunPlan
 from eu_audit.progress import Progress, ProgressCounter
 from eu_audit.runtime.memory import Outbox
 from eu_audit.runtime.world import World
+from eu_audit.serve.api import MODEL_ENDPOINTS, LogEntry
 from eu_audit.trace.records import (
     AGENT_METHOD,
     BLACK_BOX_ENGINE,
@@ -264,20 +260,18 @@ def _check_concurrency(opts: AgentRecordOptions, serve: ServeControl, caps: Capa
         )
 
 
-def _unattributed(entries: list[dict[str, Any]], tenants: set[str]) -> int:
+def _unattributed(entries: list[LogEntry], tenants: set[str]) -> int:
     """Model calls on serve's root URL that no tenant of this run owns: in a concurrent run only a lane's
     calls carry this run's marks, so these arrived somewhere else."""
     return sum(
         1
         for e in entries
-        if e.get("endpoint") in MODEL_ENDPOINTS
-        and not e.get("lane")
-        and str((e.get("mark") or {}).get("tenant", "")) not in tenants
+        if e.endpoint in MODEL_ENDPOINTS and not e.lane and (e.mark.tenant if e.mark else "") not in tenants
     )
 
 
 def _refuse_root_calls(
-    entries: list[dict[str, Any]], tenants: set[str], opts: AgentRecordOptions, serve: ServeControl
+    entries: list[LogEntry], tenants: set[str], opts: AgentRecordOptions, serve: ServeControl
 ) -> None:
     """Tenants driven at the same time are told apart by their lanes only: a call on the root fails."""
     stray = _unattributed(entries, tenants) if opts.concurrency > 1 else 0
@@ -303,7 +297,7 @@ def _in_random_order(jobs: list[tuple[int, Episode, str, World]]) -> list[tuple[
 
 def _tamper_findings(
     serve: ServeControl,
-    entries: list[dict[str, Any]],
+    entries: list[LogEntry],
     tenants: dict[str, Tenant],
     lanes: dict[str, tuple[str, str]],
     first: tuple[str, str],
@@ -473,7 +467,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
 
 def _attach_evidence(
     sessions: list[SessionTrace],
-    log: tuple[list[dict[str, Any]], str],
+    log: tuple[list[LogEntry], str],
     serve: ServeControl,
     tenants: dict[str, Tenant],
     lanes: dict[str, tuple[str, str]],

@@ -381,8 +381,8 @@ class Driver:
         embedded = [
             text
             for e in entries
-            if e.get("endpoint") == "/v1/embeddings" and (e.get("mark") or {}).get("tenant") == self.tenant
-            for text in (e.get("input") or [])
+            if e.endpoint == "/v1/embeddings" and e.mark is not None and e.mark.tenant == self.tenant
+            for text in e.input or []
             if self.matcher.found_in(text)
         ]
         embed = self.serve.embed if self.serve.url else None

@@ -19,7 +19,7 @@ from typing import Any
 from eu_audit.blackbox.contract import StoreDump
 from eu_audit.matching import TargetMatcher
 from eu_audit.matching.decoders import decoded_views
-from eu_audit.serve.api import CHAT_SHAPED, MODEL_ENDPOINTS
+from eu_audit.serve.api import CHAT_SHAPED, MODEL_ENDPOINTS, LogEntry, LogMark
 from eu_audit.tiers import AFTER, EMBEDDING, RAW_PROMPT, RESPONSE_FORMAT, SPLIT, TIERS, TOOL_CALLS, TOOL_SPECS
 from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import SessionTrace
@@ -65,29 +65,29 @@ def _message_parts(m: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def prompt_parts(entry: dict[str, Any]) -> list[tuple[str, str]]:
+def prompt_parts(entry: LogEntry) -> list[tuple[str, str]]:
     """(tier, text) of what one logged model call received: every string of the request that reaches the
     model (messages with their tool calls, the offered tools' names, descriptions and schemas, a response
     format's schema), not one field of it."""
-    if entry.get("endpoint") in CHAT_SHAPED:  # the Responses and Messages APIs are logged as chat
-        out = [part for m in entry.get("messages") or [] for part in _message_parts(m)]
-        out += [(TOOL_SPECS, " ".join(strings(t))) for t in entry.get("tool_specs") or []]
-        if entry.get("response_format"):
-            out.append((RESPONSE_FORMAT, " ".join(strings(entry["response_format"]))))
+    if entry.endpoint in CHAT_SHAPED:  # the Responses and Messages APIs are logged as chat
+        out = [part for m in entry.messages or [] for part in _message_parts(m)]
+        out += [(TOOL_SPECS, " ".join(strings(t))) for t in entry.tool_specs or []]
+        if entry.response_format:
+            out.append((RESPONSE_FORMAT, " ".join(strings(entry.response_format))))
         return out
-    if entry.get("endpoint") == "/v1/embeddings":
-        return [(EMBEDDING, t) for t in entry.get("input") or []]
-    if entry.get("segments"):  # a token-id prompt sent segment by segment: each opens with its role
+    if entry.endpoint == "/v1/embeddings":
+        return [(EMBEDDING, t) for t in entry.input or []]
+    if entry.segments:  # a token-id prompt sent segment by segment: each opens with its role
         out = []
-        for seg in entry["segments"]:
+        for seg in entry.segments:
             m = _ROLE.search(seg[:80])
             role = m.group(1) if m else "assistant"  # a turn's body carries no header: the agent's own
             out.append((TIERS.get(role, role), seg))
         return out
-    return [(RAW_PROMPT, str(entry.get("prompt_text") or entry.get("prompt") or ""))]
+    return [(RAW_PROMPT, entry.prompt_text or "")]
 
 
-def tiers_with_z(entry: dict[str, Any], matcher: TargetMatcher) -> tuple[list[str], str]:
+def tiers_with_z(entry: LogEntry, matcher: TargetMatcher) -> tuple[list[str], str]:
     """The tiers of one logged call that hold z, and one quoted place. A target no single part holds but
     the parts read in order do (split over two messages, or a message and a tool call) is found in the
     whole prompt and named ``SPLIT``."""
@@ -118,7 +118,7 @@ def tiers_with_z(entry: dict[str, Any], matcher: TargetMatcher) -> tuple[list[st
 
 def context_residue(
     record: ResidueRecord,
-    entries: list[dict[str, Any]],
+    entries: list[LogEntry],
     trace: SessionTrace,
     digest: str,
     have_log: bool,
@@ -135,19 +135,14 @@ def context_residue(
         return record
     matcher = trace.matcher()
 
-    def counted(mark: dict[str, Any]) -> bool:  # a recheck's record counts that event's calls only
+    def counted(mark: LogMark | None) -> bool:  # a recheck's record counts that event's calls only
+        if mark is None or mark.key != key or mark.tenant != tenant:
+            return False
         if record.after:
-            return mark.get("phase") == "recheck" and mark.get("event") == record.after
-        return mark.get("phase") in AFTER
+            return mark.phase == "recheck" and mark.event == record.after
+        return mark.phase in AFTER
 
-    mine = [
-        e
-        for e in entries
-        if (e.get("mark") or {}).get("key") == key
-        and str((e.get("mark") or {}).get("tenant", "")) == tenant
-        and counted(e.get("mark") or {})
-    ]
-    calls = [e for e in mine if e.get("endpoint") in MODEL_ENDPOINTS]
+    calls = [e for e in entries if counted(e.mark) and e.endpoint in MODEL_ENDPOINTS]
     tiers: dict[str, int] = {}
     example = ""
     with_z = 0

@@ -14,8 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, request_json
+from eu_audit.serve.api import LogEntry
 from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, control_file_for, key_id, read_control_file
 
 
@@ -141,10 +144,20 @@ class ServeControl:
             return None
         return f"{self.url}/lanes/{self.lane}/v1"
 
-    def log(self, since: int = 0) -> tuple[list[dict[str, Any]], str]:
-        """serve's log from entry ``since`` on, and the digest of the whole log."""
+    def log(self, since: int = 0) -> tuple[list[LogEntry], str]:
+        """serve's log from entry ``since`` on, each entry read as serve wrote it (``LogEntry``: one
+        definition on both sides), and the digest of the whole log."""
         got = self._call(f"/eu-audit/v1/log?since={since}")
-        return (list(got.get("entries", [])), str(got.get("digest", ""))) if got else ([], "")
+        if not got:
+            return [], ""
+        try:
+            entries = [LogEntry.model_validate(e) for e in got.get("entries", [])]
+        except ValidationError as exc:
+            raise RunFailed(
+                f"eu-audit serve at {self.url}: its log is not in the shape this eu-audit reads "
+                f"(a serve of another version?): {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+            ) from None
+        return entries, str(got.get("digest", ""))
 
     def position(self) -> int:
         """How many entries serve's log holds now (a run's own entries start there)."""

@@ -35,12 +35,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from eu_audit.blackbox.residue import prompt_parts, snippet, strings, tiers_with_z
 from eu_audit.matching import TargetMatcher
 from eu_audit.matching.fold import fold_text
-from eu_audit.serve.api import MODEL_ENDPOINTS
+from eu_audit.serve.api import MODEL_ENDPOINTS, LogEntry, LogMark
 from eu_audit.serve.control import CONTROL_ENDPOINTS
 from eu_audit.tiers import TAMPER_KINDS
 from eu_audit.trace.blocks import MODEL_DERIVED
@@ -80,18 +79,18 @@ class Tenant:
                     self._first.setdefault(fold_text(text), when)
         return self._first
 
-    def unfed(self, entry: dict[str, Any]) -> str:
+    def unfed(self, entry: LogEntry) -> str:
         """A text of this tenant's script that ``entry`` (a call logged at its end) quotes, though the
         harness sent it to this tenant only after the call: "" when there is none. Both sides are folded
         as the matcher folds, so a quote altered by a space, a case or an accent is still the quote."""
-        logged = float(entry.get("time", 0.0))
+        logged = entry.time
         late = [text for text, when in self.first_sent().items() if when > logged + CLOCK_SLACK_S]
         if not late:
             return ""
         prompt = fold_text("\n".join(text for _, text in prompt_parts(entry)))
         return next((text for text in late if text in prompt), "")
 
-    def own_quote(self, entry: dict[str, Any]) -> bool:
+    def own_quote(self, entry: LogEntry) -> bool:
         """Every part of ``entry`` that holds z quotes, verbatim once folded, a reply this tenant's model
         wrote freely earlier (the reply within the part, or the part within the reply: its own turn sent
         back): the one way z may reach a reference's prompt that is not the agent's doing (a guessable
@@ -133,7 +132,7 @@ class TamperEvidence:
 
 
 def find_tampering(
-    entries: Iterable[dict[str, Any]],
+    entries: Iterable[LogEntry],
     *,
     key: str,
     sent: set[str],
@@ -149,18 +148,15 @@ def find_tampering(
     seen: set[str] = set()
     wrote_z = found.model_wrote_z  # sessions whose reference's model has written z itself
 
-    def owner(mark: dict[str, Any] | None) -> tuple[str, str] | None:
-        if not mark or mark.get("key") != key:
-            return None
-        t = tenants.get(str(mark.get("tenant", "")))
-        return (t.session, t.method) if t else None
+    def owner(mark: LogMark | None) -> Tenant | None:
+        return tenants.get(mark.tenant) if mark is not None and mark.key == key else None
 
     for e in entries:
-        endpoint, status, mark = e.get("endpoint"), int(e.get("status", 200)), e.get("mark")
-        where = owner(mark) or first
-        unattributed = "" if owner(mark) else " (unattributed: which tenant made it cannot be told)"
+        endpoint, status, t = e.endpoint, e.status, owner(e.mark)
+        where = (t.session, t.method) if t else first
+        unattributed = "" if t else " (unattributed: which tenant made it cannot be told)"
         if endpoint in CONTROL_ENDPOINTS:
-            number = str(e.get("control_call") or "")
+            number = e.control_call or ""
             if status == 403:
                 found.add(where, "control_refused", f"{endpoint}{unattributed}")
             elif not number or number not in sent or number in seen:
@@ -168,40 +164,39 @@ def find_tampering(
                 found.add(where, "control_foreign", said)
             seen.add(number)
         elif endpoint == "unknown" or (endpoint in MODEL_ENDPOINTS and status == 404):
-            found.add(where, "unknown_route", f"{e.get('path') or endpoint}{unattributed}")
-        elif endpoint in MODEL_ENDPOINTS and e.get("lane") and not mark:
-            lane = str(e.get("lane"))
+            found.add(where, "unknown_route", f"{e.path or endpoint}{unattributed}")
+        elif endpoint in MODEL_ENDPOINTS and e.lane and e.mark is None:
+            lane = e.lane
             found.add(
                 lanes.get(lane, first),
                 "stray_call",
                 f"{endpoint} on lane {lane[:8]}... outside its tenant's run",
             )
         elif endpoint in MODEL_ENDPOINTS and status < 400:
-            t = tenants.get(str((mark or {}).get("tenant", ""))) if owner(mark) else None
-            if t is None:
+            if t is None or e.mark is None:
                 continue
-            phase = (mark or {}).get("phase")
+            phase = e.mark.phase
             if t.method == REFERENCE:
                 tiers, example = tiers_with_z(e, t.matcher)
                 if tiers and not t.own_quote(e):
                     found.add((t.session, t.method), "reference_z", f"phase {phase}: {example}")
-            said = json.dumps([e.get("reply"), e.get("tool_calls")], ensure_ascii=False)
+            said = json.dumps([e.reply, e.tool_calls], ensure_ascii=False)
             if t.method == REFERENCE and unconstrained(e) and t.matcher.found_in(said):
                 # the reference's model wrote z itself, freely (a guessable name): that reply, quoted back
                 # verbatim as its own turn, is its own doing; nothing else is excused by it
                 wrote_z.add(t.session)
-                t.own_z_replies.append(fold_text(" ".join(strings([e.get("reply"), e.get("tool_calls")]))))
+                t.own_z_replies.append(fold_text(" ".join(strings([e.reply, e.tool_calls]))))
             quoted = t.unfed(e)
             if quoted:
                 found.add((t.session, t.method), "unfed_text", f"phase {phase}: quotes '{quoted[:120]}'")
     return found
 
 
-def unconstrained(entry: dict[str, Any]) -> bool:
+def unconstrained(entry: LogEntry) -> bool:
     """A reply the model wrote freely: no response format, no forced tool call, held to nothing. A reply
     held to a schema, a grammar or ``tool_choice`` is the agent's doing (a pattern can spell z in regex
     escapes), so it never explains z."""
-    return not (entry.get("response_format") or entry.get("tool_choice") or entry.get("held_to"))
+    return not (entry.response_format or entry.tool_choice or entry.held_to)
 
 
 def answers_of(trace: SessionTrace) -> list[tuple[str, str]]:
