@@ -14,12 +14,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.http import HttpFailure, request_json
-from eu_audit.serve.api import LogEntry
-from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, control_file_for, key_id, read_control_file
+from eu_audit.serve.api import DecodingRequest, LogEntry, Mark, MarkRequest
+from eu_audit.serve.control import (
+    CALL_HEADER,
+    CONTROL_HEADER,
+    DECODING_ROUTE,
+    INFO_ROUTE,
+    LOG_ROUTE,
+    MARK_ROUTE,
+    control_file_for,
+    key_id,
+    read_control_file,
+)
 
 
 class CallNumbers:
@@ -63,6 +73,10 @@ class ServeControl:
         return cls(url, read_control_file(control_file or control_file_for(url)))
 
     def _call(self, path: str, body: Any = None) -> Any:
+        """One control call (the secret and the next running number on it); ``body`` a request model of
+        ``serve.api`` (the shape serve validates), or None for a GET."""
+        if isinstance(body, BaseModel):
+            body = body.model_dump(mode="json")
         if self.url is None:
             return None
         try:
@@ -81,7 +95,7 @@ class ServeControl:
         if self.url is None:
             return {}
         try:
-            got = dict(request_json(self.url + "/eu-audit/v1/info", timeout=60))
+            got = dict(request_json(self.url + INFO_ROUTE, timeout=60))
         except HttpFailure as exc:
             raise BadInput(f"--serve {self.url} is not an eu-audit serve that answers: {exc}") from None
         if got.get("control_key") != self.key:
@@ -95,22 +109,24 @@ class ServeControl:
         return [self.lane, None] if self.mirror and self.lane is not None else [self.lane]
 
     def mark(self, **tag: Any) -> None:
+        """The calls that follow belong to this tenant and phase (``serve.api.Mark``'s fields)."""
         for lane in self._lanes():
-            self._call("/eu-audit/v1/mark", {"tag": tag, "lane": lane})
+            self._call(MARK_ROUTE, MarkRequest(tag=Mark(**tag), lane=lane))
 
     def unmark(self) -> None:
         """Calls from now on belong to no tenant (a tenant's run is over)."""
         for lane in self._lanes():
-            self._call("/eu-audit/v1/mark", {"tag": None, "lane": lane})
+            self._call(MARK_ROUTE, MarkRequest(tag=None, lane=lane))
 
     def greedy(self) -> None:
         for lane in self._lanes():
-            self._call("/eu-audit/v1/decoding", {"mode": "greedy", "lane": lane})
+            self._call(DECODING_ROUTE, DecodingRequest(mode="greedy", temperature=0.0, seed=None, lane=lane))
 
     def sampled(self, temperature: float, seed: int) -> None:
         for lane in self._lanes():
-            body = {"mode": "sampled", "temperature": temperature, "seed": seed, "lane": lane}
-            self._call("/eu-audit/v1/decoding", body)
+            self._call(
+                DECODING_ROUTE, DecodingRequest(mode="sampled", temperature=temperature, seed=seed, lane=lane)
+            )
 
     def for_tenant(self, *, mirror: bool = False) -> ServeControl:
         """A fresh lane of serve for one tenant (its own marks and pinned decoding): the agent is told to
@@ -147,7 +163,7 @@ class ServeControl:
     def log(self, since: int = 0) -> tuple[list[LogEntry], str]:
         """serve's log from entry ``since`` on, each entry read as serve wrote it (``LogEntry``: one
         definition on both sides), and the digest of the whole log."""
-        got = self._call(f"/eu-audit/v1/log?since={since}")
+        got = self._call(f"{LOG_ROUTE}?since={since}")
         if not got:
             return [], ""
         try:
@@ -161,5 +177,5 @@ class ServeControl:
 
     def position(self) -> int:
         """How many entries serve's log holds now (a run's own entries start there)."""
-        got = self._call("/eu-audit/v1/log?since=1000000000")
+        got = self._call(f"{LOG_ROUTE}?since=1000000000")
         return int(got.get("total", 0)) if got else 0

@@ -16,6 +16,11 @@ from eu_audit.serve.api import (
 )
 from eu_audit.serve.backend import Backend, PinnedDecoding, open_backend
 from eu_audit.serve.control import (
+    DECODING_ROUTE,
+    INFO_ROUTE,
+    LOG_ROUTE,
+    MARK_ROUTE,
+    PROGRESS_ROUTE,
     check_not_where_agents_start,
     default_control_file,
     new_secret,
@@ -77,11 +82,11 @@ def create_app(
         ("/lanes/{lane}/v1/responses", lane_route(r.responses), "POST"),
         ("/lanes/{lane}/v1/messages", lane_route(r.messages), "POST"),
         ("/lanes/{lane}/v1/models", r.models, "GET"),
-        ("/eu-audit/v1/info", r.info, "GET"),
-        ("/eu-audit/v1/progress", r.progress, "GET"),
-        ("/eu-audit/v1/mark", model_route(r.mark), "POST"),
-        ("/eu-audit/v1/decoding", model_route(r.decoding), "POST"),
-        ("/eu-audit/v1/log", read_log, "GET"),
+        (INFO_ROUTE, r.info, "GET"),
+        (PROGRESS_ROUTE, r.progress, "GET"),
+        (MARK_ROUTE, model_route(r.mark), "POST"),
+        (DECODING_ROUTE, model_route(r.decoding), "POST"),
+        (LOG_ROUTE, read_log, "GET"),
     ]
     for path, fn, method in routes:
         app.add_api_route(path, fn, methods=[method])

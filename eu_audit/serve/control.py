@@ -32,8 +32,15 @@ from eu_audit.errors import BadInput
 
 CONTROL_HEADER = "X-EU-Audit-Control"
 CALL_HEADER = "X-EU-Audit-Call"
+#: serve's own routes, named once: serve's route table (``serve.app``) and the harness's client
+#: (``blackbox.serve_control``) are both made from these
+INFO_ROUTE = "/eu-audit/v1/info"  # the model, its digests, the control key's public id (open)
+PROGRESS_ROUTE = "/eu-audit/v1/progress"  # requests answered so far (open)
+MARK_ROUTE = "/eu-audit/v1/mark"  # which tenant and phase the calls that follow belong to (secret)
+DECODING_ROUTE = "/eu-audit/v1/decoding"  # pinned decoding per lane (secret)
+LOG_ROUTE = "/eu-audit/v1/log"  # the request log from an entry on, and its digest (secret)
 #: every route of the control surface (a call to one of them is a control call, logged as such)
-CONTROL_ENDPOINTS = ("/eu-audit/v1/mark", "/eu-audit/v1/decoding", "/eu-audit/v1/log")
+CONTROL_ENDPOINTS = (MARK_ROUTE, DECODING_ROUTE, LOG_ROUTE)
 
 
 def new_secret() -> str:

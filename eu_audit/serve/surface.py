@@ -23,7 +23,7 @@ from eu_audit.serve.api import (
     MarkRequest,
 )
 from eu_audit.serve.backend import Backend, Lane, PinnedDecoding, Refused
-from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, key_id
+from eu_audit.serve.control import CALL_HEADER, CONTROL_HEADER, DECODING_ROUTE, LOG_ROUTE, MARK_ROUTE, key_id
 from eu_audit.serve.log import RequestLog
 from eu_audit.serve.responses_api import Stored
 from eu_audit.serve.reuse import AnswerReuse
@@ -250,7 +250,7 @@ class Surface:
             lane.mark = None if req.tag is None else LogMark(**req.tag.model_dump(), key=self.key)
             return {"mark": None if lane.mark is None else lane.mark.model_dump()}
 
-        return await self._control(request, "/eu-audit/v1/mark", apply)
+        return await self._control(request, MARK_ROUTE, apply)
 
     async def decoding(self, request: Any) -> Any:
         def apply(raw: bytes) -> Any:
@@ -259,7 +259,7 @@ class Surface:
             pin.mode, pin.temperature, pin.seed = req.mode, req.temperature, req.seed
             return {"decoding": pin.__dict__}
 
-        return await self._control(request, "/eu-audit/v1/decoding", apply)
+        return await self._control(request, DECODING_ROUTE, apply)
 
     async def read_log(self, request: Any, since: int = 0) -> Any:
         def read(_: bytes) -> Any:
@@ -272,6 +272,6 @@ class Surface:
                 "digest": self.log.digest(),
             }
 
-        return await self._control(request, "/eu-audit/v1/log", read)
+        return await self._control(request, LOG_ROUTE, read)
 
     # -- the OpenAI-compatible API -------------------------------------------------------------
