@@ -10,6 +10,7 @@ import re
 import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -211,14 +212,22 @@ def temp_beside(path: Path) -> tuple[int, str]:
     return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=_TMP_SUFFIX)
 
 
+#: set when SIGTERM or SIGINT reached this process (``interrupt_on_sigterm``): a person or a supervisor
+#: asked it to stop, as against a KeyboardInterrupt raised by code
+SIGNALLED = threading.Event()
+
+
 def interrupt_on_sigterm() -> None:
-    """Turn SIGTERM into KeyboardInterrupt, so writers unwind and delete their temporary files."""
+    """Turn SIGTERM into KeyboardInterrupt, as ^C is, so writers unwind and delete their temporary files;
+    either signal is noted in ``SIGNALLED``."""
 
     def _raise(signum: int, frame: object) -> None:
+        SIGNALLED.set()
         raise KeyboardInterrupt
 
     with contextlib.suppress(ValueError):  # not in the main thread: leave the default
         signal.signal(signal.SIGTERM, _raise)
+        signal.signal(signal.SIGINT, _raise)
 
 
 @contextlib.contextmanager

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 import urllib.error
 import urllib.request
 from itertools import count
+from pathlib import Path
 from typing import Any
 
 from eu_audit.blackbox.contract import (
@@ -368,6 +371,38 @@ def lanes() -> LaneAgent:
     return LaneAgent()
 
 
+class HangingAgent(LaneAgent):
+    """The lane agent, whose tenants after the first three lanes never come back from ``start`` (a slow agent,
+    or a hung one): with three tenants in flight, the third to hang means every tenant of the first
+    session finished. It then touches the file ``EU_AUDIT_TEST_HANG`` names, for the test to stop the run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[str] = []
+        self.hanging = 0
+        self.lock = threading.Lock()
+
+    def start(
+        self, tenant: str, *, seed: int, tools: list[OfferedTool], model_base_url: str | None = None
+    ) -> str:
+        with self.lock:  # a tenant is told by its lane (a bystander shares its forgetting tenant's)
+            lane = model_base_url or tenant
+            if lane not in self.started:
+                self.started.append(lane)
+            late = self.started.index(lane) >= 3
+            if late:
+                self.hanging += 1
+                if self.hanging == 3:
+                    Path(os.environ["EU_AUDIT_TEST_HANG"]).touch()
+        if late:
+            time.sleep(300)
+        return super().start(tenant, seed=seed, tools=tools, model_base_url=model_base_url)
+
+
+def hanging() -> HangingAgent:
+    return HangingAgent()
+
+
 class RewritingAgent(LaneAgent):
     """A forget that asks the model to rewrite the tenant's history without the target (one model call),
     then keeps the model's answer: the call is made inside the forget, and serve's log says so."""
@@ -502,3 +537,17 @@ class InterruptedAgent(NotebookAgent):
 
 def interrupted() -> InterruptedAgent:
     return InterruptedAgent()
+
+
+if (
+    __name__ == "__main__"
+):  # one of these agents over real HTTP: python -m tests.scripted_agents NAME --port P
+    import argparse
+
+    from eu_audit.blackbox.agent_server import run_agent_server
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("name")
+    ap.add_argument("--port", type=int, required=True)
+    a = ap.parse_args()
+    run_agent_server(globals()[a.name](), port=a.port)

@@ -7,6 +7,11 @@ the tiny model and a scripted agent."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,7 @@ import pytest
 from eu_audit.bundle.io import read_bundle
 from eu_audit.models import TINY_MODEL, LoadedModel
 
-from .helpers import cli_server, run_cli
+from .helpers import cli_server, http_process, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -290,3 +295,38 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_tenant_runs(tmp_
     proc = run_cli("record", "--agent", "tests.scripted_agents:lanes", "--suite", "builtin", "-o", out)
     assert proc.returncode == 2 and "is a file, not a folder" in proc.stdout + proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_sigterm_with_tenants_in_flight_stops_within_5_s_keeping_the_whole_sessions(
+    serve: tuple[str, Path], tmp_path: Path
+) -> None:
+    """Three tenants in flight, the second session's three hung in the agent (``HangingAgent``, over
+    HTTP): SIGTERM stops the run within 5 s, exit 3, and the first session, every tenant of it finished,
+    is a valid bundle marked interrupted. The hung calls are not waited for (they would hold the process
+    for as long as the agent takes)."""
+    url, control = serve
+    out, hung = tmp_path / "bb.jsonl", tmp_path / "hung"
+    root = Path(__file__).resolve().parents[1]
+    env = {"EU_AUDIT_TEST_SERVE": url, "EU_AUDIT_TEST_HANG": str(hung), "PYTHONPATH": str(root)}
+    agent_argv = [sys.executable, "-m", "tests.scripted_agents", "hanging"]
+    with http_process(agent_argv, "/eu-audit/v1/capabilities", {**os.environ, **env}) as agent:
+        argv = [sys.executable, "-m", "eu_audit.cli", "gate", "--record-only", "--fixed-n", "--agent", agent]
+        argv += ["--same-user-ok", "--serve", url, "--serve-control", str(control), "--suite", "builtin"]
+        argv += ["--n", "2", "--k", "1", "--tenants-in-flight", "3", "--no-own-floor", "-o", str(out)]
+        proc = subprocess.Popen(argv, env={**os.environ, "COLUMNS": "200"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 240
+        while not hung.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not hung.exists():
+            proc.kill()
+            raise AssertionError(proc.communicate(timeout=30))
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, said = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+    assert proc.returncode == 3 and took < 5, (proc.returncode, took, said[-1500:])
+    assert "interrupted after 1 of 2 session(s)" in said, said[-1500:]
+    bundle = read_bundle(out)
+    assert {t.session_id for t in bundle.sessions} == {"s0/agent", "s0/b5", "s0/b0"}
+    assert bundle.header.engine_facts["interrupted"] == "after 1 of 2 session(s)"

@@ -20,6 +20,7 @@ Z = "Kastanienallee 7"
 def _call(seq: int, phase: str, system: str, user: str) -> dict[str, object]:
     return {
         "seq": seq,
+        "time": 1_700_000_000.0 + seq,
         "mark": {"tenant": "5f0c9a1e", "phase": phase},
         "endpoint": "/v1/chat/completions",
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],

@@ -15,6 +15,7 @@ from pathlib import Path
 from eu_audit.audits.channels import PROMPT_NAMES
 from eu_audit.blackbox.residue import prompt_parts
 from eu_audit.matching import TargetMatcher
+from eu_audit.serve.api import LogEntry
 from eu_audit.tiers import AFTER, EMBEDDING, TIERS
 
 
@@ -34,9 +35,8 @@ def callers(folder: Path, tenant: str, matcher: TargetMatcher) -> Counter[str]:
     if not log.exists():
         return seen
     for line in log.read_text().splitlines():
-        e = json.loads(line)
-        mark = e.get("mark") or {}
-        if mark.get("tenant") != tenant or mark.get("phase") not in AFTER:
+        e = LogEntry.model_validate_json(line)  # serve's log, read as serve wrote it
+        if e.mark is None or e.mark.tenant != tenant or e.mark.phase not in AFTER:
             continue
         parts = prompt_parts(e)  # (tier, text) as the residue check reads the call
         if not any(matcher.found_in(text) for _, text in parts):

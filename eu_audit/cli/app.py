@@ -20,7 +20,8 @@ from rich.text import Text
 
 from eu_audit import __version__
 from eu_audit.errors import EuAuditError
-from eu_audit.jsonl import interrupt_on_sigterm
+from eu_audit.jsonl import SIGNALLED, interrupt_on_sigterm
+from eu_audit.parallel import abandoned
 
 app = typer.Typer(
     name="eu-audit",
@@ -156,6 +157,17 @@ def fail(exc: BaseException, message: str, code: int) -> None:
     say(err, Text("error: ", style="bold red"), message, wrap=False)
     if os.environ.get(DEBUG_ENV):
         err.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
+    leave(code)
+
+
+def leave(code: int) -> None:
+    """Exit with ``code``. A run stopped by a signal that left jobs running (``parallel.abandoned``: a
+    tenant waiting on a slow agent) ends here, its outputs written, without joining their threads, which
+    would hold the process until the agent answered: a stop is within seconds, as promised."""
+    if abandoned.is_set() and SIGNALLED.is_set():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 
