@@ -196,6 +196,7 @@ def _audit_states(
     # one session's states one after another: they share every segment before tau, which stays cached
     order = sorted(range(len(sessions)), key=lambda j: _session_key(sessions[j])[0])
     by_index: dict[int, StateAudit] = {}
+    answered: dict[str, list[tuple[str, list[int]]]] = {}  # equal states are asked once (audit_state)
     for i, j in enumerate(order):
         trace = sessions[j]
         key = _session_key(trace)
@@ -205,7 +206,13 @@ def _audit_states(
         if st is None:
             started = time.perf_counter()
             st = audit_state(
-                trace, runner, probes, opts, self_floor=trace.session.method == FLOOR, builder=builder
+                trace,
+                runner,
+                probes,
+                opts,
+                self_floor=trace.session.method == FLOOR,
+                builder=builder,
+                answered=answered,
             )
             st.audit_s = round(time.perf_counter() - started, 3)
             progress_file.append(st)
@@ -227,6 +234,7 @@ def _cost(
         "branches": branches,
         "methods_s": round(sum(st.values.get("wall_s") or 0.0 for st in states), 1),
         "audit_s": round(sum(st.audit_s or 0.0 for st in states), 1),
+        "answers_reused": sum(bool(st.answers_reused) for st in states),
         "wall_s_per_session": round(wall / n_sessions, 1),
     }
 
@@ -317,7 +325,14 @@ def audit_state(
     *,
     self_floor: bool = False,
     builder: StateBuilder | None = None,
+    answered: dict[str, list[tuple[str, list[int]]]] | None = None,
 ) -> StateAudit:
+    """One state's audit: its probes, samples and choices answered by the engine from the rebuilt state,
+    then every metric. ``answered`` (shared by the states of one audit): the answers of states already
+    asked, by what decides them (``answers_key``); a state that is another's token for token, memory
+    and questions included (B7, B5' and B9 are B5's), gets that state's answers instead of being rebuilt
+    and asked again: the same tokens an exact engine would decode (``tests/test_audit.py``). The floor
+    is always asked itself, as it also samples under seeds of its own from its state."""
     s = trace.session
     ep = s.episode
     st = StateAudit(
@@ -330,9 +345,6 @@ def audit_state(
         matcher = trace.matcher()
         art = artifact_leak(trace, ep.tau, matcher)
         st.state_digest = state_digest(trace)
-        builder = builder or StateBuilder(runner.engine)
-        builder.rebuild(trace)
-        memory_context(runner, trace, builder)
         # every probe, sample and choice is a branch of the state, put in one call (batched where the
         # engine decodes branches together). The call is the same for every method's state of a session,
         # so equal states get equal answers (a batch's composition moves its rounding).
@@ -349,7 +361,18 @@ def audit_state(
                 Ask(choice_step.content, choice_step.cue, 16, Sampling(opts.temperature, seed))
                 for seed in st.sample_seeds
             ]
-        answers = iter(runner.ask_all(asks))
+        key = answers_key(trace, asks)
+        got = answered.get(key) if answered is not None and not self_floor else None
+        if got is None:
+            builder = builder or StateBuilder(runner.engine)
+            builder.rebuild(trace)
+            memory_context(runner, trace, builder)
+            got = runner.ask_all(asks)
+            if answered is not None:
+                answered[key] = got
+        else:
+            st.answers_reused = True
+        answers = iter(got)
         for p in probes:
             text, _ = next(answers)
             st.probes.append(ProbeOutcome(probe=p.id, text=text, leaked=matcher.found_in(text)))
@@ -373,6 +396,15 @@ def audit_state(
     except Exception as exc:  # fail closed: recorded as an error, counted as a failure
         st.error = f"{type(exc).__name__}: {exc}"
     return st
+
+
+def answers_key(trace: SessionTrace, asks: Sequence[Ask]) -> str:
+    """What decides a state's answers: the token ids its cache holds, in order, the memory records the
+    probes see (ids and texts, in the order they are shown), and every question with its decoding."""
+    cache = [trace.block(bid).token_ids for bid in trace.session.final_manifest]
+    memory = [(m.id, m.text) for m in trace.session.memory_final]
+    questions = [(a.prompt, a.cue, a.max_tokens, a.sampling.temperature, a.sampling.seed) for a in asks]
+    return hashlib.sha256(json.dumps([cache, memory, questions]).encode()).hexdigest()
 
 
 def state_digest(trace: SessionTrace) -> str:

@@ -87,6 +87,33 @@ def test_states_rebuilt_one_after_another_equal_fresh_rebuilds_and_reuse_the_sha
     assert shared.account.prefilled + kept == fresh.account.prefilled
 
 
+def test_a_state_that_is_another_token_for_token_gets_its_answers_and_they_are_the_ones_it_would_get(
+    tiny: LoadedModel, tiny_states: Path
+) -> None:
+    """B7's state is B5's (the same cache tokens, memory and questions): the audit asks B5's state once
+    and gives B7 those answers; asked itself, B7's state answers the same, probe by probe and sample by
+    sample. A state that differs (B0 keeps z) is asked itself."""
+    from eu_audit.audit import audit_state
+
+    by = {t.session_id: t for t in read_bundle(tiny_states).sessions}
+    opts, probes = AuditOptions(k=2, max_tokens=6), load_probes()
+    runner = ProbeRunner.for_engine(HFEngine(tiny))
+    answered: dict[str, list[tuple[str, list[int]]]] = {}
+    floor = audit_state(by["s0/b5"], runner, probes, opts, self_floor=True, answered=answered)
+    reused = audit_state(by["s0/b7"], runner, probes, opts, answered=answered)
+    control = audit_state(by["s0/b0"], runner, probes, opts, answered=answered)
+    asked = audit_state(by["s0/b7"], ProbeRunner.for_engine(HFEngine(tiny)), probes, opts)
+    assert reused.answers_reused and not asked.answers_reused and not control.answers_reused
+    assert floor.state_digest == reused.state_digest != control.state_digest
+    assert [p.text for p in reused.probes] == [p.text for p in asked.probes] == [p.text for p in floor.probes]
+    assert (reused.samples, reused.sample_ids, reused.choices) == (
+        asked.samples,
+        asked.sample_ids,
+        asked.choices,
+    )
+    assert reused.values == asked.values
+
+
 def test_samples_of_one_prompt_share_its_prefill_and_equal_separate_asks(
     tiny: LoadedModel, tiny_states: Path
 ) -> None:

@@ -136,6 +136,9 @@ class StateAudit(BaseModel):
     floor_sample_ids: list[list[int]] = Field(default_factory=list)
     #: seconds this state's audit took (kept across a resume, so a resumed report still costs it)
     audit_s: float | None = None
+    #: its answers are those of an earlier state of the audit that is the same token for token, memory
+    #: and questions included (``eu_audit.audit.answers_key``): not asked again
+    answers_reused: bool | None = None
     #: sha256 of the state itself (the cache's token ids and the memory store): equal digests are the
     #: same state, which on an exact engine decides a floor rule by equality (``eu_audit.audits.verdict``)
     state_digest: str | None = None
