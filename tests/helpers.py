@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,14 @@ def once_per_run(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[P
 def logged(**fields: Any) -> LogEntry:
     """One entry of serve's log as the harness reads it (``LogEntry``), from the fields a test names."""
     return LogEntry.model_validate({"seq": 0, "time": 0.0, **fields})
+
+
+def stopped_by_sigterm(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[float, str]:
+    """SIGTERM to a running command: the seconds it took to exit after the signal, and its stderr."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, said = proc.communicate(timeout=timeout)
+    return time.monotonic() - sent, said
 
 
 def record_and_unlearn(
@@ -118,11 +128,10 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 
 
 def _in_process(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    """``main()`` as the console script runs it: argv, streams and the SIGTERM handler it installs are
-    this call's only, restored after."""
+    """``main()`` as the console script runs it: argv, streams and the SIGTERM and SIGINT handlers it
+    installs are this call's only, restored after."""
     import importlib
     import io
-    import signal
 
     from eu_audit.cli import main
 
@@ -130,6 +139,7 @@ def _in_process(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
 
     out, err = io.StringIO(), io.StringIO()
     saved = (sys.argv, signal.getsignal(signal.SIGTERM), cli_app.out._width, cli_app.err._width)
+    sigint = signal.getsignal(signal.SIGINT)
     debug = os.environ.get(cli_app.DEBUG_ENV)  # --debug sets it for the rest of its process: this call's
     cli_app.out.width = cli_app.err.width = 200
     code = 0
@@ -143,6 +153,7 @@ def _in_process(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     finally:
         sys.argv = saved[0]
         signal.signal(signal.SIGTERM, saved[1])
+        signal.signal(signal.SIGINT, sigint)
         cli_app.out._width, cli_app.err._width = saved[2], saved[3]
         if debug is None:
             os.environ.pop(cli_app.DEBUG_ENV, None)

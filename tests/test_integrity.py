@@ -23,7 +23,7 @@ from eu_audit.jsonl import atomic_writer, interrupt_on_sigterm, parse_line, swee
 from eu_audit.models import FAST_MODEL, TINY_MODEL, LoadedModel, prepare, resolve_model
 from eu_audit.record import RecordOptions, record
 
-from .helpers import run_cli
+from .helpers import run_cli, stopped_by_sigterm
 
 Lines = list[dict[str, Any]]
 
@@ -413,10 +413,7 @@ def test_record_stops_within_5_s_of_sigterm_exit_3_keeping_the_sessions_it_finis
         time.sleep(0.5)  # the model is loaded and the run has begun
     time.sleep(SESSIONS_S)  # a few of the tiny model's sessions (about 2 s each)
     assert proc.poll() is None, proc.communicate()
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _, said = proc.communicate(timeout=30)
-    took = time.monotonic() - sent
+    took, said = stopped_by_sigterm(proc, timeout=30)
     assert proc.returncode == 3 and took < 5, (proc.returncode, took, said[-1500:])
     assert "interrupted after" in said, said[-1500:]
     bundle = read_bundle(out)  # valid: every line read and checked
