@@ -401,17 +401,20 @@ def audit_state(
 def answers_key(trace: SessionTrace, asks: Sequence[Ask]) -> str:
     """What decides a state's answers: the token ids its cache holds, in order, the memory records the
     probes see (ids and texts, in the order they are shown), and every question with its decoding."""
-    cache = [trace.block(bid).token_ids for bid in trace.session.final_manifest]
     memory = [(m.id, m.text) for m in trace.session.memory_final]
     questions = [(a.prompt, a.cue, a.max_tokens, a.sampling.temperature, a.sampling.seed) for a in asks]
-    return hashlib.sha256(json.dumps([cache, memory, questions]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([_cache_ids(trace), memory, questions]).encode()).hexdigest()
 
 
 def state_digest(trace: SessionTrace) -> str:
     """What the state is: the token ids its cache holds, in order, and its memory store's texts."""
-    cache = [trace.block(bid).token_ids for bid in trace.session.final_manifest]
     memory = sorted(m.text for m in trace.session.memory_final)
-    return hashlib.sha256(json.dumps([cache, memory]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([_cache_ids(trace), memory]).encode()).hexdigest()
+
+
+def _cache_ids(trace: SessionTrace) -> list[list[int]]:
+    """The token ids the state's cache holds, block by block (the blocks are how it is prefilled)."""
+    return [trace.block(bid).token_ids for bid in trace.session.final_manifest]
 
 
 def memory_context(runner: ProbeRunner, trace: SessionTrace, builder: StateBuilder) -> None:

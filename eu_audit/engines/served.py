@@ -195,6 +195,7 @@ class OpenAIEngine(Schedule):
         if isinstance(models, dict) and models.get("data"):
             info["model_id"] = str(models["data"][0].get("id"))
         props = self.server.probe("/props")
+        # serve.control.INFO_ROUTE, written out: engines never import serve (serve is built on engines)
         ours = self.server.probe("/eu-audit/v1/info")
         if isinstance(ours, dict) and "weight_digest" in ours:
             info["dialect"] = "eu-audit"  # eu-audit serve: keeps the canonical schedule given segments
