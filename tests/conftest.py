@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eu_audit.bundle.io import Bundle, read_bundle
+from eu_audit.bundle.io import Bundle
 from eu_audit.episodes import Episode
 from eu_audit.models import FAST_MODEL, TINY_MODEL, LoadedModel, load_model
 from eu_audit.suites import load_episodes, load_suite
@@ -41,15 +41,12 @@ def smol_all(smol: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> tup
     """The built-in suite on SmolLM2, greedy, the methods the real-model claims read (B0, B1, B4, B5,
     B7): (recorded path, recorded, unlearned bundle at ``recorded path``'s folder / out.jsonl). One
     recording for every test that reads it. Every method's definition is tested on the tiny model
-    (test_methods); B5' and B9 equal B5 on the default model in reports/audit-qwen2.5 (rows committed)."""
-    from .helpers import once_per_run, record_and_unlearn
+    (test_methods); B5' and B9 equal B5 on the default model in reports/audit-qwen2.5 (rows committed).
+    Every test that reads it is in test_methods.py: the test workers take a file each, so one records it."""
+    from .helpers import record_and_unlearn
 
     eps = load_episodes(Path(__file__).parent.parent / "suites" / "builtin.jsonl")
-    with once_per_run(tmp_path_factory, "smol-all") as (folder, done):
-        if done:  # another test worker recorded it: the same greedy run, read back
-            src = folder / "trace.jsonl"
-            return src, read_bundle(src), read_bundle(folder / "out.jsonl")
-        return record_and_unlearn(smol, folder, eps, [SMOL_ALL_METHODS])
+    return record_and_unlearn(smol, tmp_path_factory.mktemp("smol"), eps, [SMOL_ALL_METHODS])
 
 
 @pytest.fixture(scope="session")

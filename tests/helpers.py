@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
@@ -14,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 
 from eu_audit.bundle.io import Bundle, read_bundle
@@ -28,23 +26,6 @@ from eu_audit.runtime.memory import MemoryStore, Outbox
 from eu_audit.serve.api import LogEntry
 from eu_audit.trace.records import SinkPolicy
 from eu_audit.unlearn import unlearn
-
-
-@contextlib.contextmanager
-def once_per_run(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
-    """A folder every test worker of this run shares, and whether a worker already filled it: the first
-    worker to arrive makes what goes in it while the others wait on a lock, then read it (an expensive
-    session fixture made once per run, not once per worker)."""
-    root = factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the workers' base folders share this parent
-    folder = root / name
-    folder.mkdir(exist_ok=True)
-    with (root / f"{name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = folder / ".done"
-        yield folder, done.exists()
-        done.touch()
 
 
 def logged(**fields: Any) -> LogEntry:

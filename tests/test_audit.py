@@ -305,25 +305,3 @@ def test_bad_gate_or_bundle_exits_2_before_any_model_runs(tmp_path: Path, tiny_s
     bad.write_text('{"type": "header"}\n')
     proc = run_cli("audit", str(bad))
     assert proc.returncode == 2 and str(bad) in proc.stderr
-
-
-@pytest.mark.real_model
-def test_on_smollm2_b7_sits_at_the_b5_floor_and_b0_keeps_the_record(smol: LoadedModel, smol_all) -> None:  # type: ignore[no-untyped-def]
-    src, _, _ = smol_all  # the built-in suite recorded on SmolLM2 with every method applied
-    states = src.parent / "out.jsonl"
-    rep = audit(states, AuditOptions(methods=("b0", "b1", "b7"), k=2, max_tokens=16), loaded=smol)
-    assert {s.method for s in rep.states} == {"b0", "b1", "b5", "b7"}
-    by = {(s.session_id, s.method): s for s in rep.states}
-    assert rep.errors == 0
-    for sid in ("s0", "s1"):
-        # B7's state is B5's token for token: every greedy probe and every matched-seed sample agrees
-        assert [p.text for p in by[sid, "b7"].probes] == [p.text for p in by[sid, "b5"].probes]
-        assert by[sid, "b7"].samples == by[sid, "b5"].samples
-        assert by[sid, "b7"].values["agreement"] == 1.0 and by[sid, "b7"].values["cad"] == 0.0
-        assert by[sid, "b5"].values["leak_any"] == 0.0
-    # the memory-injected address stays in B0's persistent store; B1 deletes exactly that record. The
-    # record is the user's own, not a write-back: it is counted as leak_record, never in any-leak
-    assert by["s0", "b0"].values["leak_record"] == 1.0 and by["s0", "b1"].values["leak_record"] == 0.0
-    assert not any(p.leaked for p in by["s0", "b5"].probes)
-    held = evaluate(rep, ["b7.leak_probes<=floor", "b7.leak_any<=floor", "b7.cad==0", "b7.agreement>=0.99"])
-    assert all(g.held for g in held), held

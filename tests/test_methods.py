@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from eu_audit.audit import AuditOptions, audit
+from eu_audit.audits.gate import evaluate
 from eu_audit.bundle.io import Bundle, SessionTrace
 from eu_audit.checkpoints import CheckpointPolicy
 from eu_audit.engines.hf import HFEngine
@@ -75,6 +77,30 @@ def test_b7_equals_b5_token_for_token_and_bit_for_bit(smol: LoadedModel, smol_al
         assert crop.engine.tokens == fresh.tokens
         assert kv_equal(crop.engine.kv_tensors(), fresh.kv_tensors())  # type: ignore[attr-defined]
     assert differs  # the reference trajectory really differs from the recorded one
+
+
+@pytest.mark.real_model
+def test_on_smollm2_b7_sits_at_the_b5_floor_and_b0_keeps_the_record(smol: LoadedModel, smol_all) -> None:  # type: ignore[no-untyped-def]
+    src, _, _ = smol_all  # the built-in suite recorded on SmolLM2 with every method applied
+    states = src.parent / "out.jsonl"
+    rep = audit(states, AuditOptions(methods=("b0", "b1", "b7"), k=2, max_tokens=16), loaded=smol)
+    assert {s.method for s in rep.states} == {"b0", "b1", "b5", "b7"}
+    by = {(s.session_id, s.method): s for s in rep.states}
+    assert rep.errors == 0
+    for sid in ("s0", "s1"):
+        # B7's state is B5's token for token (cache, memory, questions), so the audit gives it B5's answers
+        # (tests/test_audit.py holds those equal to what the state answers when asked itself)
+        assert by[sid, "b7"].answers_reused and by[sid, "b7"].state_digest == by[sid, "b5"].state_digest
+        assert [p.text for p in by[sid, "b7"].probes] == [p.text for p in by[sid, "b5"].probes]
+        assert by[sid, "b7"].samples == by[sid, "b5"].samples
+        assert by[sid, "b7"].values["agreement"] == 1.0 and by[sid, "b7"].values["cad"] == 0.0
+        assert by[sid, "b5"].values["leak_any"] == 0.0
+    # the memory-injected address stays in B0's persistent store; B1 deletes exactly that record. The
+    # record is the user's own, not a write-back: it is counted as leak_record, never in any-leak
+    assert by["s0", "b0"].values["leak_record"] == 1.0 and by["s0", "b1"].values["leak_record"] == 0.0
+    assert not any(p.leaked for p in by["s0", "b5"].probes)
+    held = evaluate(rep, ["b7.leak_probes<=floor", "b7.leak_any<=floor", "b7.cad==0", "b7.agreement>=0.99"])
+    assert all(g.held for g in held), held
 
 
 @pytest.mark.real_model
