@@ -111,6 +111,21 @@ class AgentFailed(RunFailed):
     """The agent failed, timed out or answered outside the contract while driven (exit 3)."""
 
 
+def guarded(what: str, fn: Callable[[], Any]) -> Any:
+    """An agent operation, its failure named by the episode and step being driven: an agent that was
+    never reachable is bad configuration (exit 2); one that fails while driven, a failed run (exit 3)."""
+    try:
+        return fn()
+    except AgentUnreachable as exc:
+        raise AgentUnreachable(f"{what}: {exc}") from None
+    except AgentFailed as exc:
+        raise AgentFailed(f"{what}: {exc}") from None
+    except EuAuditError:
+        raise
+    except Exception as exc:  # an in-process agent's own error: the run failed, and where
+        raise AgentFailed(f"{what}: the agent raised {type(exc).__name__}: {exc}") from exc
+
+
 def _q(part: str) -> str:
     """A session id or tenant as one path segment, whatever characters it holds."""
     return urllib.parse.quote(part, safe="")

@@ -27,35 +27,28 @@ read ``agent.leak_probes<=floor``.
 
 from __future__ import annotations
 
-import functools
 import secrets
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from eu_audit import __version__
-from eu_audit.blackbox import bystander as bystander_tenant
-from eu_audit.blackbox.adapter import AgentFailed, AgentUnderTest, Bounds, open_agent
-from eu_audit.blackbox.bystander import Kept
+from eu_audit.blackbox.adapter import AgentFailed, Bounds, guarded, open_agent
 from eu_audit.blackbox.contract import (
     Capabilities,
-    ForgetHint,
-    ForgetRequest,
 )
-from eu_audit.blackbox.driver import Driver, guarded
 from eu_audit.blackbox.facts import AgentRunFacts
 from eu_audit.blackbox.forensics import DiskReport, attach_disks
 from eu_audit.blackbox.options import CONTROL_TENANT, OWN_FLOOR_TENANT, RECORDED_METHODS, AgentRecordOptions
 from eu_audit.blackbox.own_floor import OwnFloor
-from eu_audit.blackbox.residue import context_residue, store_residue
+from eu_audit.blackbox.residue import context_residue
 from eu_audit.blackbox.serve_control import ServeControl
 from eu_audit.blackbox.tamper import TamperEvidence, Tenant, find_tampering
+from eu_audit.blackbox.tenant_run import Driven, TenantJob, TenantRun
 from eu_audit.blackbox.undeclared import UndeclaredFiles
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
-from eu_audit.episodes import Episode, Phase, Step
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.parallel import in_job_order
 from eu_audit.plan import RunPlan
@@ -66,164 +59,23 @@ from eu_audit.serve.api import MODEL_ENDPOINTS, LogEntry
 from eu_audit.trace.records import (
     AGENT_METHOD,
     BLACK_BOX_ENGINE,
-    AgentForgetRecord,
     Decoding,
     Header,
     ModelInfo,
-    ResidueRecord,
-    SessionRecord,
-    SkippedStep,
     session_id_of,
 )
 from eu_audit.trace.session import Bundle, SessionTrace
 
-__all__ = ["CONTROL_TENANT", "RECORDED_METHODS", "AgentRecordOptions", "Bounds", "record_agent", "run_tenant"]
-
-
-def _split(ep: Episode) -> tuple[list[tuple[int, Step]], list[tuple[int, Step]]]:
-    """(the stream before the forget, the future turns after it)."""
-    steps = list(enumerate(ep.steps, 1))
-    return [x for x in steps if x[1].phase is not Phase.further], [
-        x for x in steps if x[1].phase is Phase.further
-    ]
-
-
-def _hint(ep: Episode, observed: dict[int, tuple[str, str | None]], sanitized: bool) -> ForgetHint:
-    """The flagged observation as the agent received it and, with ``sanitized`` (``--hint``), without z.
-    The sanitized text is exactly what the reference tenant was fed, so an agent that replays with it
-    matches the reference by construction: gates send it only when asked, and the bundle says so."""
-    src = ep.steps[ep.tau - 1]
-    if ep.tau in observed:  # a tool result: its text in both worlds, as the harness produced them
-        text, cf = observed[ep.tau]
-        return ForgetHint(source_text=text, sanitized=cf if sanitized else None)
-    return ForgetHint(source_text=src.content or None, sanitized=src.counterfactual if sanitized else None)
+__all__ = ["CONTROL_TENANT", "RECORDED_METHODS", "AgentRecordOptions", "Bounds", "record_agent"]
 
 
 def hint_sent(opts: AgentRecordOptions) -> str:
     return "source text and its sanitized text (--hint)" if opts.hint else "source text only"
 
 
-def run_tenant(
-    agent: AgentUnderTest,
-    caps: Capabilities,
-    serve: ServeControl,
-    outbox: Outbox,
-    ep: Episode,
-    opts: AgentRecordOptions,
-    index: int,
-    method: str,
-    world: World,
-    tenant: str,
-    fed: list[tuple[float, str]] | None = None,
-    disks: dict[str, DiskReport] | None = None,
-    undeclared: UndeclaredFiles | None = None,
-) -> tuple[SessionTrace, list[SkippedStep]]:
-    sid = session_id_of(index)
-    d = Driver(agent, caps, serve, outbox, ep, opts, f"{sid}/{method}", world, tenant, fed)
-    d.undeclared = undeclared
-    # marked before the agent hears of the tenant: on a lane, this opens it
-    serve.mark(tenant=tenant, phase="stream")
-    d.start()
-    before, future = _split(ep)
-    for t, step in before:
-        d.step(t, step)
-    forgets: list[AgentForgetRecord] = []
-    at_once: list[ResidueRecord] = []
-    by: Kept | None = None
-    if method == AGENT_METHOD:
-        # the agent's own model calls while it forgets (an LLM that rewrites its memory): logged as such,
-        # neither before nor after the forget
-        serve.mark(tenant=tenant, phase="forget")
-        forgets, at_once, by = _forget(d, agent, caps, tenant, ep, opts)
-    elif method == CONTROL_TENANT[0]:
-        # the positive control meets every event the agent meets, at the same points, never the forget:
-        # each after.EVENT channel gets a control of its own channel (eu_audit.audits.sensitivity)
-        at_once = d.rechecks(method, ep.target.matcher(), at_once=True)
-    d.after = True
-    serve.mark(tenant=tenant, phase="future")
-    for t, step in future:
-        d.step(t, step)
-    elicitations = d.elicit()
-    serve.unmark()  # what the agent does after this (its dump, another tenant) is not this tenant's
-    dump = d.dump()
-    disk = d.forensics()  # eu-audit's own read of the tenant's files, beside the dump
-    if disk is not None and disks is not None:
-        disks[tenant] = disk
-    session = SessionRecord(
-        session_id=d.sid,
-        episode_id=ep.id,
-        suite=ep.suite,
-        transitions=len(ep.steps),
-        seed=opts.seed,
-        source_id=ep.source_id,
-        final_manifest=d.tx.post_forget,
-        method=method,
-        parent_session=sid,
-        tenant=tenant,
-        index=index,
-        skipped=d.tx.skipped,
-        episode=ep,
-    )
-    trace = SessionTrace(session=session, blocks=d.tx.blocks, tool_calls=d.tx.calls)
-    trace.elicitations = elicitations
-    trace.agent_forgets = forgets
-    trace.residues = [store_residue(d.sid, dump, trace.matcher())]
-    if by is not None:
-        update = {"bystander_records": by.records, "bystander_lost": by.lost, "bystander_example": by.example}
-        trace.residues[0] = trace.residues[0].model_copy(update=update)
-    if method in (AGENT_METHOD, CONTROL_TENANT[0]):  # the reference never held z: nothing to recheck
-        trace.residues += at_once + d.rechecks(method, trace.matcher())
-    return trace, d.tx.skipped
-
-
-def _forget(
-    d: Driver, agent: AgentUnderTest, caps: Capabilities, tenant: str, ep: Episode, opts: AgentRecordOptions
-) -> tuple[list[AgentForgetRecord], list[ResidueRecord], Kept | None]:
-    """The agent's own forget, with what must not change around it: a bystander tenant given memories of
-    its own just before (still all there after?), and the dump right before and right after (a no-op?)."""
-    request = ForgetRequest(
-        target=ep.target.value, variants=ep.target.variants, hint=_hint(ep, d.observed, opts.hint)
-    )
-    watching = caps.memory_inject and caps.store_dump
-    bystander = bystander_tenant.new_name()
-    if watching:
-        d.call(f"episode {ep.id}, {d.sid}, bystander reset", lambda: agent.reset(bystander))
-        d.call(
-            f"episode {ep.id}, {d.sid}, bystander start",
-            lambda: d.agent.start(bystander, seed=opts.seed, tools=d.tools, **d.lane),
-        )
-        for rec in bystander_tenant.memories():
-            inject = functools.partial(d.agent.inject_memory, bystander, rec)
-            d.call(f"episode {ep.id}, {d.sid}, bystander memory", inject)
-        had = d.call(f"episode {ep.id}, {d.sid}, bystander dump", lambda: agent.dump(bystander))
-    before = d.dump("before the forget, ")
-    t0 = time.perf_counter()
-    got = d.call(f"episode {ep.id}, {d.sid}, forget", lambda: agent.forget(tenant, request))
-    wall = round(time.perf_counter() - t0, 3)
-    if got.status in ("unsupported", "error"):
-        raise AgentFailed(f"episode {ep.id}, {d.sid}, forget: the agent answered {got.status}: {got.detail}")
-    after = d.dump("right after the forget, ") if before is not None else None
-    forget = AgentForgetRecord(
-        session_id=d.sid,
-        status=got.status,
-        detail=got.detail,
-        receipt=got.receipt,
-        wall_s=wall,
-        changed=None if before is None or after is None else bystander_tenant.changed(before, after),
-    )
-    by = None
-    if watching:
-        dumped = d.call(f"episode {ep.id}, {d.sid}, bystander dump", lambda: agent.dump(bystander))
-        by = bystander_tenant.kept(had, dumped)
-        d.call(f"episode {ep.id}, {d.sid}, bystander reset", lambda: agent.reset(bystander))
-    # before any later turn can evict what the forget left (--recheck at-once)
-    at_once = d.rechecks(AGENT_METHOD, ep.target.matcher(), at_once=True)
-    return [forget], at_once, by
-
-
 def _drive_all(
-    jobs: list[tuple[int, Episode, str, World]],
-    drive_one: Callable[[tuple[int, Episode, str, World]], SessionTrace],
+    jobs: list[TenantJob],
+    drive_one: Callable[[TenantJob], SessionTrace],
     opts: AgentRecordOptions,
 ) -> list[SessionTrace]:
     """Every tenant's trace, in the jobs' order: one after another, or ``opts.concurrency`` at a time (the
@@ -283,13 +135,13 @@ def _refuse_root_calls(
         )
 
 
-def _in_random_order(jobs: list[tuple[int, Episode, str, World]]) -> list[tuple[int, Episode, str, World]]:
+def _in_random_order(jobs: list[TenantJob]) -> list[TenantJob]:
     """Each session's tenants in an order no one can predict (the agent, the reference and the control
     look alike from outside: opaque names, and no fixed place in the run), sessions in their order."""
     rng = secrets.SystemRandom()
-    out: list[tuple[int, Episode, str, World]] = []
-    for i in dict.fromkeys(j[0] for j in jobs):
-        mine = [j for j in jobs if j[0] == i]
+    out: list[TenantJob] = []
+    for i in dict.fromkeys(j.index for j in jobs):
+        mine = [j for j in jobs if j.index == i]
         rng.shuffle(mine)
         out += mine
     return out
@@ -357,14 +209,14 @@ def _roles(
 
 
 def _named(
-    canonical: list[tuple[int, Episode, str, World]],
+    canonical: list[TenantJob],
 ) -> tuple[dict[tuple[int, str], str], dict[str, Tenant]]:
     """Each tenant's opaque name (nothing the agent is told says which tenant is the reference), and what
     the harness knows of it under that name."""
-    names = {(i, method): secrets.token_hex(8) for i, _, method, _ in canonical}
+    names = {(j.index, j.method): secrets.token_hex(8) for j in canonical}
     tenants = {
-        names[(i, method)]: Tenant(session_id_of(i), method, ep.target.matcher())
-        for i, ep, method, _ in canonical
+        names[(j.index, j.method)]: Tenant(session_id_of(j.index), j.method, j.episode.target.matcher())
+        for j in canonical
     }
     return names, tenants
 
@@ -398,7 +250,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     outbox = Outbox(state_dir / "outbox.sqlite")
     roles, own = _roles(opts, serve, info)
-    canonical = [(p.index, p.episode, method, world) for p in plan.sessions for method, world in roles]
+    canonical = [TenantJob(p.index, p.episode, m, world) for p in plan.sessions for m, world in roles]
+    under_test = Driven(agent, caps, opts)
     names, tenants = _named(canonical)
     lanes: dict[str, tuple[str, str]] = {}
     disks: dict[str, DiskReport] = {}  # tenant -> what eu-audit read in its files
@@ -409,23 +262,19 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
 
     finished: list[SessionTrace] = []  # every tenant run that ended, kept if the run is interrupted
 
-    def drive_one(job: tuple[int, Episode, str, World]) -> SessionTrace:
-        i, ep, method, world = job
-        floor = own if method == OWN_FLOOR_TENANT[0] else None  # eu-audit's runtime: always on a lane
+    def drive_one(job: TenantJob) -> SessionTrace:
+        floor = own if job.method == OWN_FLOOR_TENANT[0] else None  # eu-audit's runtime: always on a lane
         lane = serve.for_tenant(mirror=opts.concurrency == 1) if per_tenant or floor else serve
         if lane.lane:
-            lanes[lane.lane] = (session_id_of(i), method)
-        name = names[(i, method)]
+            lanes[lane.lane] = (session_id_of(job.index), job.method)
+        name = names[(job.index, job.method)]
         fed = tenants[name].fed
-        if floor is not None:
-            trace, _ = run_tenant(
-                floor.agent, floor.caps, lane, outbox, ep, floor.opts, i, method, world, name, fed
-            )
+        if floor is not None:  # it names no files: nothing of it to read or to look for
+            run = TenantRun(floor, job, lane, outbox, name, fed)
         else:
-            trace, _ = run_tenant(
-                agent, caps, lane, outbox, ep, opts, i, method, world, name, fed, disks, undeclared
-            )
-        counter.tick(f"{trace.session.parent_session} {method} {ep.id}")
+            run = TenantRun(under_test, job, lane, outbox, name, fed, disks=disks, undeclared=undeclared)
+        trace = run.run()
+        counter.tick(f"{trace.session.parent_session} {job.method} {job.episode.id}")
         finished.append(trace)
         return trace
 
@@ -436,7 +285,7 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         except KeyboardInterrupt:  # ^C or SIGTERM: the sessions whose every tenant finished are kept
             driven, interrupted = _whole_sessions(finished, len(roles), len(plan.sessions))
             kept = {t.session_id for t in driven}
-            canonical = [c for c in canonical if f"{session_id_of(c[0])}/{c[2]}" in kept]
+            canonical = [c for c in canonical if f"{session_id_of(c.index)}/{c.method}" in kept]
         entries, digest = serve.log(start_seq)
         _refuse_root_calls(entries, set(tenants), opts, serve)
     except BaseException:
@@ -446,8 +295,8 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         raise
     outbox.close()
     by_id = {t.session_id: t for t in driven}
-    sessions = [by_id[f"{session_id_of(i)}/{method}"] for i, _, method, _ in canonical]
-    first = (session_id_of(canonical[0][0]), AGENT_METHOD)
+    sessions = [by_id[f"{session_id_of(j.index)}/{j.method}"] for j in canonical]
+    first = (session_id_of(canonical[0].index), AGENT_METHOD)
     _attach_evidence(sessions, (entries, digest), serve, tenants, lanes, disks, first)
     if progress:
         progress("written", len(canonical), len(canonical))

@@ -12,21 +12,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from eu_audit.blackbox.adapter import AgentUnderTest, InProcessAgent
-from eu_audit.blackbox.contract import Capabilities
+from eu_audit.blackbox.adapter import InProcessAgent
+from eu_audit.blackbox.episode_stream import Driven
 from eu_audit.blackbox.options import AgentRecordOptions
 from eu_audit.blackbox.serve_control import ServeControl
 from eu_audit.errors import BadInput
 
 
-@dataclass
-class OwnFloor:
-    """The floor tenant's agent, its capabilities, and the options it is driven with (no files to read:
-    ``--store-path`` names the agent's, not eu-audit's)."""
-
-    agent: AgentUnderTest
-    caps: Capabilities
-    opts: AgentRecordOptions
+@dataclass(frozen=True)
+class OwnFloor(Driven):
+    """The floor tenant as a run drives it: its agent, its capabilities, and its options (no files to
+    read: ``--store-path`` names the agent's, not eu-audit's; no rechecks: it is never sent a forget)."""
 
     @classmethod
     def open(cls, serve: ServeControl, info: dict[str, Any], opts: AgentRecordOptions) -> OwnFloor:

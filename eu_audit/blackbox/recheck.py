@@ -51,7 +51,7 @@ SMALL_TALK = (
 
 
 class RecheckTarget(Protocol):
-    """What an event needs of the driven tenant (``drive.Driver`` is one)."""
+    """What an event needs of the driven tenant (``tenant_run.TenantRun`` is one)."""
 
     agent: AgentUnderTest
     caps: Capabilities
