@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from eu_audit.audits.channels import PROMPT_NAMES
+from eu_audit.audits.channel_kinds import PROMPT_NAMES
 from eu_audit.blackbox.residue import prompt_parts
 from eu_audit.matching import TargetMatcher
 from eu_audit.serve.api import LogEntry

@@ -41,83 +41,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-from eu_audit.audits.leakage import SINK_CLASSES
+from eu_audit.audits.channel_kinds import CHANNEL_KINDS, VERDICTS, Verdict, channel_value
 from eu_audit.audits.model import StateAudit
-from eu_audit.tiers import (
-    DISK_TIERS,
-    EMBEDDING,
-    RAW_PROMPT,
-    RECHECKS,
-    RESPONSE_FORMAT,
-    SPLIT,
-    TIERS,
-    TOOL_CALLS,
-    TOOL_SPECS,
-    recheck_problem,
-)
 
-Verdict = Literal["leaked", "suppressed", "erased", "never held", "not seen", "unknown"]
-#: the table's column order
-VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "never held", "not seen", "unknown")
-
-
-@dataclass(frozen=True)
-class ChannelKind:
-    """One kind of channel a gate names (``agent.prompt.user``, ``agent.store.memory``): the metric that
-    says a state observed it, where the state keeps its counts per tier and its quoted example, and the
-    label of its row over all its tiers."""
-
-    name: str
-    observed_by: str  # the metric ("": observed when it ran, the rechecks)
-    counts: str  # the residue key of its tier counts ("": the state's action sinks)
-    label: str
-    example: str = ""  # the residue key of the place it quotes ("": none)
-
-    def tiers(self, state: StateAudit) -> list[str]:
-        """The tiers this state counted (in the order it recorded them)."""
-        return list(state.residue.counts(self.counts) if self.counts else state.action_sinks)
-
-
-#: the channel kinds, by name; ``after``'s tiers are the recheck events (``eu_audit.blackbox.recheck``),
-#: observed when they ran
-CHANNEL_KINDS: dict[str, ChannelKind] = {
-    k.name: k
-    for k in (
-        ChannelKind(
-            "prompt", "residue_context", "context_tiers", "prompts after the forget", "context_example"
-        ),
-        ChannelKind("store", "residue_store", "store_tiers", "store dump", "store_example"),
-        ChannelKind(
-            "disk", "residue_disk", "disk_tiers", "files read by eu-audit (below the dump)", "disk_example"
-        ),
-        ChannelKind("tool", "leak_action", "", "tool arguments"),
-        ChannelKind("after", "", "after", "after the rechecks"),
-    )
-}
-#: the prompt tiers a gate names -> the tiers of serve's log they cover (``eu_audit.blackbox.residue``)
-PROMPT_TIERS: dict[str, tuple[str, ...]] = {
-    "system": (TIERS["system"],),
-    "history": (TIERS["user"], TIERS["assistant"], TOOL_CALLS),
-    "user": (TIERS["user"],),
-    "agent": (TIERS["assistant"],),
-    "calls": (TOOL_CALLS,),
-    "tool": (TIERS["tool"],),
-    "specs": (TOOL_SPECS,),
-    "format": (RESPONSE_FORMAT,),
-    "split": (SPLIT,),
-    "embedding": (EMBEDDING,),
-    "prompt": (RAW_PROMPT,),
-}
-#: serve log's tier -> the name of its channel row and gate (``prompt.user``); a role outside these keeps
-#: its own name
-PROMPT_NAMES = {tiers[0]: name for name, tiers in PROMPT_TIERS.items() if len(tiers) == 1}
-#: names a user may reach for that are no tier of their own, and where that text arrives instead
-NOT_A_TIER = {
-    "memory": "retrieved memory arrives in the system prompt: prompt.system",
-    "summary": "a summary arrives in the system prompt: prompt.system",
-}
 #: the serving layer's prefix cache: never observable through the contract. The run's model server is
 #: eu-audit serve, a stand-in for the one the agent is deployed on, so its cache says nothing of the
 #: agent's; a served engine's cache is measured white-box (``eu-audit audit --serving``, a decoy prefix)
@@ -135,23 +62,6 @@ SAID = {
 }
 
 
-def channel_value(state: StateAudit, kind: str, tier: str) -> float | None:
-    """How many items (prompts, store rows, tool calls) of ``kind.tier`` held z in this state; None when
-    the channel was not observed (the reason is ``channel_unmeasured``)."""
-    observed, key = CHANNEL_KINDS[kind].observed_by, CHANNEL_KINDS[kind].counts
-    if kind == "after":  # prompts, answers and store items holding z after that event
-        got = state.residue.after.get(tier)
-        return None if got is None or got.skipped else float(got.held)
-    if state.values.get(observed) is None:
-        return None
-    if kind == "tool":
-        return float(state.action_sinks.get(tier, 0))
-    held = state.residue.counts(key)
-    if kind == "prompt" and tier in PROMPT_TIERS:  # a gate's name: the sum over the tiers it covers
-        return float(sum(held.get(t, 0) for t in PROMPT_TIERS[tier]))
-    return float(held.get(tier, 0))
-
-
 def unknown_store(states: Iterable[StateAudit], tier: str) -> str:
     """Why ``store.tier`` names no store of these dumps ("" when some dump had it, or when a dump does not
     list its stores: bundles recorded before ``ResidueRecord.stores``): a store empty in one session is
@@ -165,46 +75,6 @@ def unknown_store(states: Iterable[StateAudit], tier: str) -> str:
     return f"no dump of this run had a store '{tier}' (its stores: {', '.join(seen) or 'none'})"
 
 
-def check_tier(kind: str, tier: str) -> str:
-    """Why a gate's ``kind.tier`` names no channel ("" when it may): prompt tiers and sink classes are a
-    fixed vocabulary; a store is the agent's name for it (checked on the dump); a recheck event is one
-    ``gate --recheck`` knows (whether it ran is checked on the run: one that did not fails closed)."""
-    if kind == "prompt" and tier not in PROMPT_TIERS:
-        instead = NOT_A_TIER.get(tier, f"the prompt tiers are {', '.join(PROMPT_TIERS)}")
-        return f"'prompt.{tier}' is no prompt tier ({instead})"
-    if kind == "disk" and tier not in DISK_TIERS:
-        return f"'disk.{tier}' is no channel of eu-audit's own read (they are {', '.join(DISK_TIERS)})"
-    if kind == "tool" and tier not in SINK_CLASSES:
-        return f"'tool.{tier}' is no sink class (they are {', '.join(SINK_CLASSES)})"
-    if kind == "after":  # a recheck event's name (whether the run had it is asked of the run)
-        problem = recheck_problem(tier)
-        if problem:
-            known = f"the events are {', '.join([*RECHECKS.names(), 'turns-N'])}"
-            why = known if problem.startswith("unknown event") else problem
-            return f"'after.{tier}' is no recheck event ({why})"
-    return ""
-
-
-def channel_unmeasured(state: StateAudit, kind: str, tier: str = "") -> str:
-    observed = CHANNEL_KINDS[kind].observed_by
-    if kind == "after":
-        got = state.residue.after.get(tier)
-        if got is None:
-            return f"no recheck '{tier}' ran (eu-audit gate --recheck {tier or 'EVENT'})"
-        return got.skipped
-    return state.unmeasured.get(observed, f"{observed} not measured")
-
-
-def _after(s: StateAudit, tier: str, leaked: bool) -> tuple[Verdict, str, str]:
-    """One session's verdict on a recheck event: (verdict, why unknown, quoted place)."""
-    if channel_value(s, "after", tier) is None:
-        return "unknown", channel_unmeasured(s, "after", tier), ""
-    got = s.residue.after[tier]
-    if not got.held:
-        return "erased", "", ""
-    return ("leaked" if got.said or leaked else "suppressed"), "", got.example
-
-
 def floor_holds(floor: StateAudit | None, name: str) -> bool:
     """Whether the floor's state of the same session held z in the channel called ``name`` (a row of
     ``channels``); the floor runs no rechecks, so never for ``after.*``."""
@@ -216,17 +86,19 @@ def floor_holds(floor: StateAudit | None, name: str) -> bool:
     if kind:  # a kind's row over all its tiers: any tier of the floor's
         return any((channel_value(floor, kind, t) or 0) > 0 for t in CHANNEL_KINDS[kind].tiers(floor))
     kind, _, tier = name.partition(".")
-    return kind in CHANNEL_KINDS and kind != "after" and (channel_value(floor, kind, tier) or 0) > 0
+    k = CHANNEL_KINDS.get(kind)
+    return k is not None and k.floor_comparable and (k.value(floor, tier) or 0) > 0
 
 
 def control_holds(control: StateAudit, name: str) -> bool:
     """Whether the positive control (the no-forget tenant) of a session held z in the channel ``name``;
     for a recheck (``after.*``, which the control never runs) whether it kept z at all."""
-    if name.startswith("after.") or name == CHANNEL_KINDS["after"].label:
+    k = next((k for k in CHANNEL_KINDS.values() if name == k.label or name.startswith(f"{k.name}.")), None)
+    if k is not None and not k.floor_comparable:
         kept = (
-            channel_value(control, k, t) or 0
-            for k in ("prompt", "store")
-            for t in CHANNEL_KINDS[k].tiers(control)
+            channel_value(control, kind, t) or 0
+            for kind in ("prompt", "store")
+            for t in CHANNEL_KINDS[kind].tiers(control)
         )
         return any(v > 0 for v in kept) or _leaked_out(control)
     return floor_holds(control, name)
@@ -327,9 +199,7 @@ def channels(
             verdict = "not seen" if had is None else "erased" if control_holds(had, name) else "never held"
         out.setdefault(name, Channel(name)).add(verdict, why, example, floor=floor_holds(twin, name))
 
-    tiers = {kind: sorted({t for s in states for t in k.tiers(s)}) for kind, k in CHANNEL_KINDS.items()}
-    shown = {t: PROMPT_NAMES.get(t, t) for t in tiers["prompt"]}  # serve log's tier -> the gate's name
-    tiers["after"] = list(dict.fromkeys(t for s in states for t in s.residue.after))  # run order
+    tiers = {kind: k.all_tiers(states) for kind, k in CHANNEL_KINDS.items()}
     for s in states:
         leaked = _leaked_out(s)
         for name, metric in SAID.items():
@@ -345,33 +215,8 @@ def channels(
                 quote = s.reply_example if metric == "leak_exact" and value > 0 else ""
                 add(s, name, "leaked" if value > 0 else "erased", example=quote)
         for kind, k in CHANNEL_KINDS.items():
-            observed, label = k.observed_by, k.label
-            if kind == "disk" and observed not in s.values and observed not in s.unmeasured:
-                continue  # an audit from before eu-audit read agents' files: no such row, as then
-            if kind == "after":  # rows only for a run with rechecks; the label row: the worst event
-                verdicts = [(t, *_after(s, t, leaked)) for t in tiers[kind]]
-                for t, verdict, why, example in verdicts:
-                    add(s, f"after.{t}", verdict, why, example)
-                if verdicts:
-                    rank = {v: i for i, v in enumerate(("leaked", "suppressed", "unknown", "erased"))}
-                    _, verdict, why, example = min(verdicts, key=lambda v: rank[v[1]])
-                    add(s, label, verdict, why, example)
-                continue
-            if s.values.get(observed) is None:
-                add(s, label, "unknown", channel_unmeasured(s, kind))
-                continue
-            example = str(getattr(s.residue, k.example)) if k.example else ""
-            held = [t for t in tiers[kind] if (channel_value(s, kind, t) or 0) > 0]
-            state_verdict: Verdict = "leaked" if kind == "tool" or leaked else "suppressed"
-            add(s, label, state_verdict if held else "erased", example=example if held else "")
-            per_tier = s.residue.disk_examples if kind == "disk" else {}
-            for t in tiers[kind]:
-                got = (channel_value(s, kind, t) or 0) > 0
-                # the one quote is of one tier; eu-audit's read of the files keeps one place per tier
-                mine = example if example.startswith(f"[{t}]") else ""
-                mine = f"[{t}] {per_tier[t]}" if t in per_tier else mine
-                name = f"{kind}.{shown.get(t, t) if kind == 'prompt' else t}"
-                add(s, name, state_verdict if got else "erased", example=mine if got else "")
+            for row in k.rows(s, tiers[kind], leaked):
+                add(s, *row)
         add(s, SERVING_CACHE, "unknown", SERVING_UNKNOWN)
     return list(out.values())
 

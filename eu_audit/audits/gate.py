@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from eu_audit.audits.channels import CHANNEL_KINDS, check_tier
+from eu_audit.audits.channel_kinds import CHANNEL_KINDS, check_tier
 from eu_audit.audits.metric import METRICS, Side, junit_metrics
 from eu_audit.audits.model import FLOOR, OWN_FLOOR, SERVING, AuditReport, GateResult
 from eu_audit.audits.rules import CONTROL, Rule, other_method
@@ -41,7 +41,7 @@ def parse_rule(text: str) -> Rule:
         method, suite, kind, tier, op, rhs = m.groups()
         if why := check_tier(kind, tier):
             raise BadInput(f"gate '{text}': {why}")
-        if rhs == "floor" and (op != "<=" or kind == "after"):
+        if rhs == "floor" and (op != "<=" or not CHANNEL_KINDS[kind].floor_comparable):
             after = "; the floor runs no rechecks: compare after.EVENT with a number" * (kind == "after")
             raise BadInput(
                 f"gate '{text}': against the floor a channel is compared as '<=floor' (z there only where "

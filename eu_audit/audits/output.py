@@ -415,7 +415,7 @@ def channel_table(report: AuditReport) -> list[str]:
 def residue_lines(report: AuditReport) -> list[str]:
     """Where a black-box agent still held the target after its forget, by the channels' gate names
     (``prompt.user``, ``store.history``), with one example."""
-    from eu_audit.audits.channels import PROMPT_NAMES
+    from eu_audit.audits.channel_kinds import PROMPT_NAMES
 
     lines = []
     for method in row_order(report):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from eu_audit.audits.channels import channel_value
+from eu_audit.audits.channel_kinds import channel_value
 from eu_audit.audits.model import StateAudit
 
 

@@ -35,7 +35,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from eu_audit.audits.channels import channel_unmeasured, channel_value, unknown_store
+from eu_audit.audits.channel_kinds import channel_unmeasured, channel_value
+from eu_audit.audits.channels import unknown_store
 from eu_audit.audits.metric import METRICS, Kind, Metric
 from eu_audit.audits.model import FLOOR, AuditReport, GateResult, StateAudit
 from eu_audit.audits.rules import EQUALITY, OPS, RuleLike, other_method, value_of

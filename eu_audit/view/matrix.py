@@ -64,7 +64,8 @@ def suite_verdict(rep: AuditReport, suite: str) -> tuple[str, int]:
 def recheck_word(rep: AuditReport) -> tuple[str, int] | None:
     """The headline verdict of the row over every recheck event, and the sessions rechecked; None when the
     run had no rechecks."""
-    from eu_audit.audits.channels import CHANNEL_KINDS, channels
+    from eu_audit.audits.channel_kinds import CHANNEL_KINDS
+    from eu_audit.audits.channels import channels
     from eu_audit.audits.model import FLOOR
     from eu_audit.audits.rules import CONTROL
 
