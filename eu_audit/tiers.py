@@ -39,6 +39,8 @@ TAMPER_KINDS = {
     "reference_z": "model call(s) of the reference tenant (never fed z) carrying z",
     "unfed_text": "model call(s) quoting a turn the harness had not yet sent that tenant",
     "reference_answer_z": "answer(s) of the reference tenant (never fed z) carrying z its model never wrote",
+    "foreign_answer": "answer(s) given for this tenant that serve decoded only on another tenant's lane",
+    "foreign_history": "model call(s) on this tenant's lane quoting another tenant's reply as its own turn",
 }
 
 #: the events after the forget that ``eu-audit gate --recheck`` runs (``after.<event>``), each registered

@@ -288,6 +288,62 @@ def test_a_call_quoting_a_turn_its_tenant_had_not_been_sent_yet_is_tampering() -
     assert at(150.0) == {"unfed_text": 1}
 
 
+def test_an_answer_or_a_turn_decoded_on_another_tenants_lane_is_tampering() -> None:
+    """An agent that sends its tenant's calls down the positive control's lane (whose calls may carry z)
+    leaves its own lane clean; but what it answers that tenant was then decoded on the other lane only
+    (``foreign_answer``), and a call carrying its history there quotes replies decoded for it alone
+    (``foreign_history``). What both tenants decoded (every turn before the forget) is each one's own."""
+    from types import SimpleNamespace
+
+    from eu_audit.blackbox.tamper import Tenant, find_tampering
+    from eu_audit.matching import TargetMatcher
+    from eu_audit.trace.blocks import BlockType, RuntimeBlock
+
+    z = TargetMatcher.of("12 Linden Street")
+    tenants = {"ta": Tenant("s0", "agent", z), "tc": Tenant("s0", "b0", z)}
+    both = "Your dentist appointment is booked for Tuesday at nine."
+    took = "I have noted the new address for the parcel delivery."
+    decoy = "Happy to help with anything else you need today."
+
+    def call(tenant: str, reply: str, history: tuple[str, ...] = ()) -> dict:
+        msgs = [
+            {"role": "user", "content": "and then?"},
+            *({"role": "assistant", "content": h} for h in history),
+        ]
+        mark = {"key": "k", "tenant": tenant, "phase": "future"}
+        return {"endpoint": "/v1/chat/completions", "mark": mark, "messages": msgs, "reply": reply}
+
+    def answered(*texts: str) -> object:
+        blocks = [
+            RuntimeBlock(id=f"b{i}", type=BlockType.assistant, turn=i, text=x) for i, x in enumerate(texts)
+        ]
+        return SimpleNamespace(
+            session_id="s0/agent", session=SimpleNamespace(method="agent"), blocks=blocks, tool_calls=[],
+            elicitations=[], residues=[],
+        )  # fmt: skip
+
+    def found(entries: list[dict], *answers: str) -> dict:
+        got = find_tampering(
+            [logged(**e) for e in entries],
+            key="k",
+            sent=set(),
+            tenants=tenants,
+            lanes={},
+            first=("s0", "agent"),
+        )
+        got.attach_to([answered(*answers)])  # type: ignore[list-item]
+        return {w[1]: kinds for w, kinds in got.counts.items()}
+
+    honest = [call("ta", both), call("tc", both), call("ta", decoy, (both,))]
+    assert found(honest, both, decoy) == {}
+    # its answer came back from the control's lane: never decoded on its own
+    assert found([*honest, call("tc", took, (both,))], both, took) == {"agent": {"foreign_answer": 1}}
+    # its history, with a reply decoded for it alone, sent down the control's lane
+    assert found([*honest, call("tc", "ok", (both, decoy))], both, decoy) == {"b0": {"foreign_history": 1}}
+    # the same text decoded for both (the turns before the forget) is each one's own; short texts tell nothing
+    assert found([*honest, call("tc", "ok", (both,)), call("tc", "Fine.")], both, decoy, "Fine.") == {}
+
+
 def test_eu_audits_own_agent_tokenizes_with_the_model_serve_runs_and_refuses_another(serve: str) -> None:
     """Token-id prompts carry no words: an agent tokenizing with another model's tokenizer would send serve
     other words, silently (the B7 agent on Qwen once sent SmolLM2 ids, and its control never said z). By
