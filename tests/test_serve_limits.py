@@ -357,6 +357,96 @@ def test_proxy_mode_answers_the_responses_and_messages_apis_through_the_upstream
     assert [e["endpoint"] for e in logged if e.get("reply")] == ["/v1/messages", "/v1/responses"]
 
 
+class _Anthropic(BaseHTTPRequestHandler):
+    """An Anthropic-compatible upstream: lists one model and answers every message with a text and a
+    ``tool_use`` block, keeping what it was sent (headers and body)."""
+
+    seen: ClassVar[list[tuple[dict[str, str], dict[str, Any]]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((dict(self.headers), {}))
+        _Upstream._send(self, 200, {"data": [{"id": "claude-upstream"}]})  # type: ignore[arg-type]
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append((dict(self.headers), body))
+        if self.path != "/v1/messages":
+            _Upstream._send(self, 404, {"error": "no such route"})  # type: ignore[arg-type]
+            return
+        answer = {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-upstream",
+            "content": [
+                {"type": "text", "text": "Booking it."},
+                {"type": "tool_use", "id": "toolu_1", "name": "book", "input": {"day": "Tuesday"}},
+            ],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 12, "output_tokens": 7},
+        }  # fmt: skip
+        _Upstream._send(self, 200, answer)  # type: ignore[arg-type]
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_proxy_mode_speaks_the_messages_api_to_an_anthropic_compatible_upstream_with_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve --upstream URL --upstream-api messages``: a chat request (tools, a tool call and its result
+    in the history) reaches the upstream as the Messages request it means, under the pinned decoding, with
+    the key from the environment in Anthropic's header; its answer comes back as a chat completion; the
+    key is in no log; an endpoint the Messages API lacks is a 400 naming it."""
+    from eu_audit.serve.upstream import KEY_ENV, Upstream
+
+    key = "sk-ant-test-4242"
+    monkeypatch.setenv(KEY_ENV, key)
+    assert Upstream("http://x", "chat").headers() == {"Authorization": f"Bearer {key}"}
+    httpd = HTTPServer(("127.0.0.1", 0), _Anthropic)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{httpd.server_address[1]}"
+    _Anthropic.seen.clear()
+    log = tmp_path / "log.jsonl"
+    tool = {"type": "function", "function": {"name": "book", "description": "book a slot",
+            "parameters": {"type": "object", "properties": {"day": {"type": "string"}}}}}  # fmt: skip
+    history = [
+        {"role": "system", "content": "You book appointments."},
+        {"role": "user", "content": "Book the dentist."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "book", "arguments": "{\"day\": \"Monday\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Monday is full"},
+        {"role": "user", "content": "Then Tuesday."},
+    ]  # fmt: skip
+    try:
+        with cli_server(
+            "serve", "--upstream", upstream, "--upstream-api", "messages",
+            "--control-file", str(tmp_path / "c"), "--log", str(log),
+        ) as url:  # fmt: skip
+            chat = call(
+                url, "/v1/chat/completions", {"messages": history, "tools": [tool], "temperature": 1.2}
+            )
+            said = call(url, "/v1/messages", {"model": "m", "max_tokens": 9, "messages": HI})
+            embed = call(url, "/v1/embeddings", {"input": "hi"})
+    finally:
+        httpd.shutdown()
+    headers, sent = _Anthropic.seen[1]
+    assert headers.get("x-api-key") == key and headers.get("anthropic-version")
+    assert "Authorization" not in headers
+    assert sent["system"] == "You book appointments." and sent["temperature"] == 0.0  # the pin, not 1.2
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]  # roles alternate
+    assert sent["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "book", "input": {"day": "Monday"}}
+    ]
+    result, again = sent["messages"][2]["content"]
+    assert result == {"type": "tool_result", "tool_use_id": "c1", "content": "Monday is full"}
+    assert again == {"type": "text", "text": "Then Tuesday."}
+    assert sent["tools"][0]["name"] == "book" and sent["tools"][0]["input_schema"]["properties"]["day"]
+    assert chat[0] == 200, chat
+    choice = chat[1]["choices"][0]
+    assert choice["message"]["content"] == "Booking it." and choice["finish_reason"] == "tool_calls"
+    assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {"day": "Tuesday"}
+    assert said[0] == 200 and said[1]["content"][0]["text"] == "Booking it.", said
+    assert embed[0] == 400 and "/v1/embeddings" in embed[1]["error"]["message"]
+    assert key not in log.read_text()
+
+
 def test_a_whole_call_deadline_holds_against_an_answer_dripped_a_byte_at_a_time() -> None:
     class Drip(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

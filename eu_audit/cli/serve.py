@@ -56,9 +56,17 @@ def serve_command(
     upstream: Annotated[
         str | None,
         typer.Option(
-            help="Proxy mode: forward to this OpenAI-compatible base URL (still logging and pinning)."
+            help="Proxy mode: forward to this base URL (still logging and pinning); its key, if it needs "
+            "one, in the environment as EU_AUDIT_UPSTREAM_API_KEY (never on the command line)."
         ),
     ] = None,
+    upstream_api: Annotated[
+        str,
+        typer.Option(
+            help="What the upstream speaks: chat (OpenAI-compatible /v1/chat/completions) or messages "
+            "(Anthropic-compatible /v1/messages; every API an agent speaks to serve reaches it as Messages)."
+        ),
+    ] = "chat",
     pin: Annotated[
         str,
         typer.Option(help="Decoding until the harness says otherwise: greedy, or agent (its own settings)."),
@@ -130,6 +138,12 @@ def serve_command(
     check_not_where_agents_start(control_file)
     if ctx is not None and upstream:
         raise typer.BadParameter("--ctx sizes the local engine's context; --upstream has its own")
+    from eu_audit.serve.upstream import UPSTREAM_APIS
+
+    if upstream_api not in UPSTREAM_APIS:
+        raise typer.BadParameter(
+            f"--upstream-api must be one of {', '.join(UPSTREAM_APIS)}, not {upstream_api!r}"
+        )
     limits = Limits(
         max_body_bytes=int(max_body_mb * (1 << 20)),
         max_tokens=max_tokens,
@@ -147,6 +161,7 @@ def serve_command(
         port=port,
         log_path=log,
         upstream=upstream,
+        upstream_api=upstream_api,
         pin=pin,
         control_file=control_file,
         limits=limits,

@@ -28,6 +28,7 @@ from eu_audit.serve.control import (
 )
 from eu_audit.serve.log import RequestLog
 from eu_audit.serve.routes import Routes
+from eu_audit.serve.upstream import UpstreamApi
 
 DEFAULT_PORT = 8088
 #: seconds a connection may sit with no request under way (idle, or its headers dripping in)
@@ -140,6 +141,7 @@ def run_server(
     port: int = DEFAULT_PORT,
     log_path: Path | None = None,
     upstream: str | None = None,
+    upstream_api: UpstreamApi = "chat",
     pin: str = "greedy",
     control_file: Path | None = None,
     limits: Limits | None = None,
@@ -155,7 +157,7 @@ def run_server(
     log = RequestLog(log_path, force=force)  # before loading: a log we may not write fails at once
     try:
         try:
-            backend = open_backend(model, engine, upstream, ctx)
+            backend = open_backend(model, engine, upstream, ctx, upstream_api)
         except BaseException:
             if fresh and log_path is not None:  # nothing was served: leave no empty log behind
                 log.close()

@@ -13,8 +13,6 @@ from typing import Any, TypeVar
 
 from eu_audit.engines import KVEngine, Sampling
 from eu_audit.engines.constraint import Constraint, StructuredOutput
-from eu_audit.errors import BadInput
-from eu_audit.http import HttpFailure, request_json
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.serve.api import (
     LogMark,
@@ -23,6 +21,7 @@ from eu_audit.serve.chat_segments import (
     ChatSegments,
     Generations,
 )
+from eu_audit.serve.upstream import Upstream, UpstreamApi
 
 
 class Refused(Exception):
@@ -85,7 +84,7 @@ class Backend:
     change the numbers computed."""
 
     engine: KVEngine | None = None
-    upstream: str | None = None
+    upstream: Upstream | None = None
     model_name: str = ""
     weight_digest: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -260,14 +259,12 @@ class Backend:
 _T = TypeVar("_T")
 
 
-def open_backend(model: str, engine: str, upstream: str | None, ctx: int | None = None) -> Backend:
+def open_backend(
+    model: str, engine: str, upstream: str | None, ctx: int | None = None, upstream_api: UpstreamApi = "chat"
+) -> Backend:
     if upstream:
-        try:
-            listed = request_json(upstream.rstrip("/") + "/v1/models", timeout=30)
-            name = str((listed.get("data") or [{}])[0].get("id", model))
-        except HttpFailure as exc:
-            raise BadInput(f"--upstream {upstream}: {exc}") from None
-        return Backend(upstream=upstream, model_name=name)
+        up = Upstream(upstream, upstream_api)
+        return Backend(upstream=up, model_name=up.model_name(model))
     from eu_audit.engines import open_engine
     from eu_audit.engines.base import factory_of, resolve_engine
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from eu_audit.engines import Sampling
 from eu_audit.errors import BadInput, RunFailed
-from eu_audit.http import HttpFailure, HttpStatus, request_json
+from eu_audit.http import HttpFailure, HttpStatus
 from eu_audit.jsonl import check_text
 from eu_audit.serve.api import (
     FORWARDED,
@@ -180,9 +180,12 @@ class Routes(Surface):
             body["temperature"] = sampling.temperature
             if sampling.temperature > 0:
                 body["seed"] = sampling.seed
+        why = self.backend.upstream.unsupported(path)
+        if why:
+            raise Refused(400, why)
         timeout = max(1.0, call.deadline - time.monotonic())
         try:
-            return dict(request_json(self.backend.upstream.rstrip("/") + path, "POST", body, timeout=timeout))
+            return self.backend.upstream.post(path, body, timeout)
         except HttpStatus as exc:
             raise Refused(502, f"the upstream answered HTTP {exc.status}") from None
         except HttpFailure as exc:

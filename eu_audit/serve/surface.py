@@ -230,7 +230,11 @@ class Surface:
             "model": self.backend.model_name,
             "weight_digest": self.backend.weight_digest,
             "engine": eng.name if eng else "upstream",
-            "engine_facts": eng.facts() if eng else {"upstream": self.backend.upstream},
+            "engine_facts": eng.facts()
+            if eng
+            else self.backend.upstream.facts()
+            if self.backend.upstream
+            else {},
             "control_key": self.key,
             "limits": self.limits.__dict__,
         }
