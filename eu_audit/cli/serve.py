@@ -40,6 +40,32 @@ ServePieceTokens = Annotated[
 ]
 
 
+#: proxy mode's options (``eu_audit.serve.upstream``)
+Upstream = Annotated[
+    str | None,
+    typer.Option(
+        help="Proxy mode: forward to this base URL (still logging and pinning); its key, if it needs "
+        "one, in the environment as EU_AUDIT_UPSTREAM_API_KEY (never on the command line)."
+    ),
+]
+UpstreamApiOption = Annotated[
+    str,
+    typer.Option(
+        help="What the upstream speaks: chat (OpenAI-compatible /v1/chat/completions) or messages "
+        "(Anthropic-compatible /v1/messages; every API an agent speaks to serve reaches it as Messages)."
+    ),
+]
+
+
+def _check_upstream(upstream: str | None, api: str, ctx: int | None) -> None:
+    from eu_audit.serve.upstream import UPSTREAM_APIS
+
+    if ctx is not None and upstream:
+        raise typer.BadParameter("--ctx sizes the local engine's context; --upstream has its own")
+    if api not in UPSTREAM_APIS:
+        raise typer.BadParameter(f"--upstream-api: one of {', '.join(UPSTREAM_APIS)}, not {api!r}")
+
+
 @app.command("serve")
 def serve_command(
     model: Annotated[
@@ -53,20 +79,8 @@ def serve_command(
     log: Annotated[
         Path | None, typer.Option(help="JSONL log of every request (mode 0600: prompts may hold targets).")
     ] = None,
-    upstream: Annotated[
-        str | None,
-        typer.Option(
-            help="Proxy mode: forward to this base URL (still logging and pinning); its key, if it needs "
-            "one, in the environment as EU_AUDIT_UPSTREAM_API_KEY (never on the command line)."
-        ),
-    ] = None,
-    upstream_api: Annotated[
-        str,
-        typer.Option(
-            help="What the upstream speaks: chat (OpenAI-compatible /v1/chat/completions) or messages "
-            "(Anthropic-compatible /v1/messages; every API an agent speaks to serve reaches it as Messages)."
-        ),
-    ] = "chat",
+    upstream: Upstream = None,
+    upstream_api: UpstreamApiOption = "chat",
     pin: Annotated[
         str,
         typer.Option(help="Decoding until the harness says otherwise: greedy, or agent (its own settings)."),
@@ -136,14 +150,7 @@ def serve_command(
     control_file = control_file or default_control_file(port)
     check_output_path(control_file)
     check_not_where_agents_start(control_file)
-    if ctx is not None and upstream:
-        raise typer.BadParameter("--ctx sizes the local engine's context; --upstream has its own")
-    from eu_audit.serve.upstream import UPSTREAM_APIS
-
-    if upstream_api not in UPSTREAM_APIS:
-        raise typer.BadParameter(
-            f"--upstream-api must be one of {', '.join(UPSTREAM_APIS)}, not {upstream_api!r}"
-        )
+    _check_upstream(upstream, upstream_api, ctx)
     limits = Limits(
         max_body_bytes=int(max_body_mb * (1 << 20)),
         max_tokens=max_tokens,

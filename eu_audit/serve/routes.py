@@ -180,8 +180,7 @@ class Routes(Surface):
             body["temperature"] = sampling.temperature
             if sampling.temperature > 0:
                 body["seed"] = sampling.seed
-        why = self.backend.upstream.unsupported(path)
-        if why:
+        if why := self.backend.upstream.unsupported(path):
             raise Refused(400, why)
         timeout = max(1.0, call.deadline - time.monotonic())
         try:
