@@ -41,7 +41,7 @@ ServePieceTokens = Annotated[
 
 
 #: proxy mode's options (``eu_audit.serve.upstream``)
-Upstream = Annotated[
+UpstreamOption = Annotated[
     str | None,
     typer.Option(
         help="Proxy mode: forward to this base URL (still logging and pinning); its key, if it needs "
@@ -79,7 +79,7 @@ def serve_command(
     log: Annotated[
         Path | None, typer.Option(help="JSONL log of every request (mode 0600: prompts may hold targets).")
     ] = None,
-    upstream: Upstream = None,
+    upstream: UpstreamOption = None,
     upstream_api: UpstreamApiOption = "chat",
     pin: Annotated[
         str,
