@@ -4,6 +4,7 @@ with its own table of contents."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -163,3 +164,29 @@ def test_a_data_set_is_one_object_and_a_package_adds_one_through_the_group(
         LOADERS._items.pop("mine", None)
         for name in ("my_data", "my_loader"):
             sys.modules.pop(name, None)
+
+
+def test_every_extension_point_has_a_worked_example_that_runs_and_registers_its_name() -> None:
+    """docs/library.md's worked examples: every block runs, in order, in one fresh interpreter, and each
+    registry of the extension points gains the name its example registers."""
+    import subprocess
+    import sys
+
+    from eu_audit.plugins import EXTENSION_POINTS
+
+    text = (ROOT / "docs" / "library.md").read_text().split("## One worked example per extension point")[1]
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    named = re.findall(r"^\*\*(.+?)\*\*", text, flags=re.M)
+    covered = {name for line in named for name in re.findall(r"`([A-Z_]+)`", line)}
+    assert covered == {p.name for p in EXTENSION_POINTS}, covered ^ {p.name for p in EXTENSION_POINTS}
+    # each example's registrations, read from its code: NAME.add("x"), @NAME.register("x"), @method("x")
+    wanted = re.findall(r'(?:@?([A-Z_]+)\.(?:add|register)\(|@(method)\()\s*"([^"]+)"', "\n".join(blocks))
+    assert len(wanted) >= len(EXTENSION_POINTS)
+    imports = [p.registry.split(":") for p in EXTENSION_POINTS]
+    check = "\n".join(f"from {module} import {name}" for module, name in imports)
+    check += "\nfrom eu_audit.methods import METHODS\n"
+    check += "\n".join(f"assert {reg or 'METHODS'}.get({name!r}) is not None" for reg, _, name in wanted)
+    script = "\n\n".join(blocks) + "\n" + check + f"\nprint('ok', {len(blocks)})\n"
+    env = {**os.environ, "EU_AUDIT_NO_PLUGINS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-3000:]
