@@ -30,7 +30,7 @@ PHASES = (
     ("retrieve its memory", "memory_context", "eu_audit/audit.py"),
     ("ask: probes, samples, choices", "ask_all", "eu_audit/audits/probes.py"),
     ("  of which prefill (rebuild and asks)", "prefill", "eu_audit/engines/schedule.py"),
-    ("MiniLM embeddings (embed metric)", "embed", "eu_audit/audits/embed.py"),
+    ("MiniLM embeddings (memory, embed metric)", "embed", "eu_audit/audits/embed.py"),
     ("what the state says of z (artifacts)", "artifact_leak", "eu_audit/audits/leakage.py"),
     ("CAD", "cad", "eu_audit/audits/metrics.py"),
 )
