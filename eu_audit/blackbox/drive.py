@@ -45,7 +45,7 @@ from eu_audit.blackbox.own_floor import OwnFloor
 from eu_audit.blackbox.residue import context_residue
 from eu_audit.blackbox.serve_control import ServeControl
 from eu_audit.blackbox.tamper import TamperEvidence, Tenant, find_tampering
-from eu_audit.blackbox.tenant_run import Driven, TenantJob, TenantRun
+from eu_audit.blackbox.tenant_run import Driven, Seat, TenantJob, TenantRun
 from eu_audit.blackbox.undeclared import UndeclaredFiles
 from eu_audit.bundle.io import write_bundle
 from eu_audit.checkpoints import CheckpointPolicy
@@ -270,9 +270,10 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         name = names[(job.index, job.method)]
         fed = tenants[name].fed
         if floor is not None:  # it names no files: nothing of it to read or to look for
-            run = TenantRun(floor, job, lane, outbox, name, fed)
+            run = TenantRun(Seat(floor, job, lane, outbox, name, fed))
         else:
-            run = TenantRun(under_test, job, lane, outbox, name, fed, disks=disks, undeclared=undeclared)
+            seat = Seat(under_test, job, lane, outbox, name, fed)
+            run = TenantRun(seat, disks=disks, undeclared=undeclared)
         trace = run.run()
         counter.tick(f"{trace.session.parent_session} {job.method} {job.episode.id}")
         finished.append(trace)

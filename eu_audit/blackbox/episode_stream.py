@@ -54,6 +54,19 @@ class Driven:
     opts: AgentRecordOptions
 
 
+@dataclass(frozen=True)
+class Seat:
+    """Where one tenant sits in a run: the agent as driven, the tenant's job, its lane of serve, the run's
+    real outbox, its opaque name, and the list every text the harness sends it is noted in (``Feeding``)."""
+
+    driven: Driven
+    job: TenantJob
+    lane: ServeControl
+    outbox: Outbox
+    tenant: str
+    fed: list[tuple[float, str]]
+
+
 class Feeding:
     """The agent as one tenant's run sees it: every text the harness sends it (messages, tool results,
     memory records) is noted with the harness's time first, so a model call that quotes a text before it
@@ -90,19 +103,14 @@ def offered_tool(name: str, spec: ToolSpec) -> OfferedTool:
 class EpisodeStream:
     """Feeds one tenant one episode in one world, keeping what happens as its ``SessionTrace``."""
 
-    def __init__(
-        self,
-        driven: Driven,
-        job: TenantJob,
-        lane: ServeControl,
-        outbox: Outbox,
-        tenant: str,
-        fed: list[tuple[float, str]],
-    ) -> None:
-        ep, opts, caps = job.episode, driven.opts, driven.caps
-        self.fed = fed
-        self.agent = cast(AgentUnderTest, Feeding(driven.agent, fed))  # every operation goes through it
-        self.caps, self.serve, self.outbox, self.opts = caps, lane, outbox, opts
+    def __init__(self, seat: Seat) -> None:
+        job, lane, tenant = seat.job, seat.lane, seat.tenant
+        ep, opts, caps = job.episode, seat.driven.opts, seat.driven.caps
+        self.fed = seat.fed
+        self.agent = cast(
+            AgentUnderTest, Feeding(seat.driven.agent, seat.fed)
+        )  # every operation goes through it
+        self.caps, self.serve, self.outbox, self.opts = caps, lane, seat.outbox, opts
         self.ep, self.tenant = ep, tenant
         self.sid = f"{session_id_of(job.index)}/{job.method}"
         url = lane.model_base_url

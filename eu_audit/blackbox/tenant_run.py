@@ -16,19 +16,17 @@ from eu_audit.blackbox import bystander as bystander_tenant
 from eu_audit.blackbox.adapter import AgentFailed
 from eu_audit.blackbox.bystander import Kept
 from eu_audit.blackbox.contract import ForgetHint, ForgetRequest, Message, StoreDump
-from eu_audit.blackbox.episode_stream import Driven, EpisodeStream, TenantJob
+from eu_audit.blackbox.episode_stream import Driven, EpisodeStream, Seat, TenantJob
 from eu_audit.blackbox.forensics import DiskReport, read_files
 from eu_audit.blackbox.options import CONTROL_TENANT, ProbeKind
 from eu_audit.blackbox.recheck import at_forget, lacking, recheck, tool_refusal
 from eu_audit.blackbox.residue import snippet, store_residue
-from eu_audit.blackbox.serve_control import ServeControl
 from eu_audit.blackbox.undeclared import UndeclaredFiles
 from eu_audit.episodes import Episode, Phase, Step
-from eu_audit.runtime.memory import Outbox
 from eu_audit.trace.records import AGENT_METHOD, AgentForgetRecord, ElicitationRecord, ResidueRecord
 from eu_audit.trace.session import SessionTrace
 
-__all__ = ["Driven", "TenantJob", "TenantRun"]
+__all__ = ["Driven", "Seat", "TenantJob", "TenantRun"]
 
 
 def _split(ep: Episode) -> tuple[list[tuple[int, Step]], list[tuple[int, Step]]]:
@@ -56,18 +54,14 @@ class TenantRun(EpisodeStream):
 
     def __init__(
         self,
-        driven: Driven,
-        job: TenantJob,
-        lane: ServeControl,
-        outbox: Outbox,
-        tenant: str,
-        fed: list[tuple[float, str]],
+        seat: Seat,
         *,
         disks: dict[str, DiskReport] | None = None,
         undeclared: UndeclaredFiles | None = None,
     ) -> None:
-        super().__init__(driven, job, lane, outbox, tenant, fed)
-        self.method = job.method
+        super().__init__(seat)
+        lane = seat.lane
+        self.method = seat.job.method
         self.disks = disks  # tenant -> eu-audit's read of its files, for the whole run
         self.undeclared = undeclared  # the run's look for files the agent did not name
         self.log_from = (
