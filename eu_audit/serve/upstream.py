@@ -25,6 +25,7 @@ from eu_audit.errors import BadInput
 from eu_audit.http import HttpFailure, request_json
 from eu_audit.serve.api import UNASKED_CHAT_TOKENS
 from eu_audit.serve.fields import CHAT, MESSAGES
+from eu_audit.serve.messages_api import STOP_REASONS
 
 UpstreamApi = Literal["chat", "messages"]
 UPSTREAM_APIS: tuple[UpstreamApi, ...] = ("chat", "messages")
@@ -169,8 +170,8 @@ def messages_request(chat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: a Messages answer's stop_reason -> the chat completion's finish_reason
-FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+#: a Messages answer's stop_reason -> the chat completion's finish_reason (serve's own mapping, read back)
+FINISH = {reason: finish for finish, reason in STOP_REASONS.items()} | {"stop_sequence": "stop"}
 
 
 def chat_completion(message: dict[str, Any]) -> dict[str, Any]:
