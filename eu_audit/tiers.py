@@ -12,20 +12,48 @@ from eu_audit.registry import Registry
 
 #: the phases whose model calls come after the forget (for the b5 tenant: the same stage of its run)
 AFTER = ("future", "probe", "sample", "choice")
-#: a chat message's role -> the prompt tier it is counted in
-TIERS = {
+#: the prompt tiers of serve's log, each by its short id (the gate's ``prompt.<id>``, the key every audit
+#: stores) -> the words a reader sees (a quoted example opens with them: ``[history: user turns] ...``)
+PROMPT_TIER_LABELS = {
     "system": "system prompt (retrieved memory, summary)",
-    "developer": "system prompt (retrieved memory, summary)",
     "user": "history: user turns",
-    "assistant": "history: the agent's own turns",
+    "agent": "history: the agent's own turns",
+    "calls": "history: the agent's tool calls",
     "tool": "tool results",
+    "specs": "tool specs (names, descriptions, schemas)",
+    "format": "response format schema",
+    "split": "split across the prompt's parts",
+    "embedding": "embedding input (a memory search)",
+    "prompt": "prompt",  # a completion prompt sent as one text
 }
-TOOL_CALLS = "history: the agent's tool calls"
-TOOL_SPECS = "tool specs (names, descriptions, schemas)"
-RESPONSE_FORMAT = "response format schema"
-SPLIT = "split across the prompt's parts"
-EMBEDDING = "embedding input (a memory search)"
-RAW_PROMPT = "prompt"  # a completion prompt sent as one text
+#: a chat message's role -> the prompt tier it is counted in (a role outside these is its own tier)
+ROLE_TIERS = {"system": "system", "developer": "system", "user": "user", "assistant": "agent", "tool": "tool"}
+TOOL_CALLS = "calls"  # the agent's earlier tool calls, sent again in its history
+TOOL_SPECS = "specs"
+RESPONSE_FORMAT = "format"
+SPLIT = "split"  # no one part holds z, the parts in order do
+EMBEDDING = "embedding"
+RAW_PROMPT = "prompt"
+#: an audit or bundle written before the tiers had ids stored each under its label: read back as its id
+_LABEL_TO_ID = {label: tier for tier, label in PROMPT_TIER_LABELS.items()}
+
+
+def tier_label(tier: str) -> str:
+    """The words a reader sees for a prompt tier (a role outside the known ones: its own name)."""
+    return PROMPT_TIER_LABELS.get(tier, tier)
+
+
+def tier_ids(counts: Any) -> Any:
+    """Per-tier counts keyed by id, whatever an older writer keyed them by (its labels); anything that is
+    no dict is left for the model's own validation to refuse."""
+    if not isinstance(counts, dict):
+        return counts
+    out: dict[str, Any] = {}
+    for k, v in counts.items():
+        tier = _LABEL_TO_ID.get(str(k), str(k))
+        out[tier] = out[tier] + v if tier in out and isinstance(v, int) else v
+    return out
+
 
 #: the channels eu-audit's own reads of an agent's files give (``disk.<tier>``, beside the dump's stores)
 DISK_TIERS = ("rows", "orphans", "bytes", "vectors")

@@ -43,7 +43,8 @@ def test_z_sent_encoded_in_a_prompt_is_found_and_the_finding_says_how_without_ca
     entry = logged(endpoint="/v1/chat/completions", messages=[{"role": "user", "content": ENCODED[how]}])
     matcher = TargetMatcher.of(Z)
     tiers, example = tiers_with_z(entry, matcher)
-    assert tiers == ["history: user turns"], (how, example)
+    assert tiers == ["user"], (how, example)
+    assert example.startswith("[history: user turns")  # the tier in words (and how it was sent, if decoded)
     # the example quotes the decoded text, which every output masks like any z; an encoded text the
     # matcher does not fold itself would carry z past the masks
     assert matcher.found_in(example)

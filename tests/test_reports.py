@@ -80,20 +80,33 @@ def test_no_committed_audit_row_holds_a_target_the_matcher_finds() -> None:
     assert checked > 1000 and clear == []
 
 
-def test_every_committed_audits_residue_reads_into_its_typed_record_and_writes_back_unchanged() -> None:
+def test_every_committed_audits_residue_reads_into_its_typed_record_and_writes_back_its_tiers_by_id() -> None:
     """A black-box state's residue is typed (``StateResidue``: tiers, examples, stores, the bystander, each
-    recheck); every committed audit reads into it and dumps the very keys and values it was written with."""
+    recheck); every committed audit reads into it and dumps the very keys and values it was written with,
+    except that an audit written before the prompt tiers had ids reads its tiers' labels as their ids
+    (``history: user turns`` -> ``user``), with the same counts."""
     import json
 
     from eu_audit.audits.model import AuditReport
+    from eu_audit.tiers import PROMPT_TIER_LABELS
 
-    seen = 0
+    seen = relabelled = 0
     for path in sorted(REPORTS.rglob("*.json")):
         raw = json.loads(path.read_text())
         if not isinstance(raw, dict) or "states" not in raw:
             continue
         typed = AuditReport.model_validate(raw).model_dump(mode="json")
         for before, after in zip(raw["states"], typed["states"], strict=True):
-            assert after["residue"] == before.get("residue", {}), path
+            was = dict(before.get("residue", {}))
+            if "context_tiers" in was:
+                labels = {label: tier for tier, label in PROMPT_TIER_LABELS.items()}
+                ids = {labels.get(k, k): v for k, v in was["context_tiers"].items()}
+                relabelled += ids != was["context_tiers"]
+                was["context_tiers"] = ids
+                assert set(ids) <= set(PROMPT_TIER_LABELS), (
+                    path
+                )  # every tier a committed audit counted has an id
+            assert after["residue"] == was, path
             seen += bool(before.get("residue"))
+    assert relabelled > 0  # the committed audits were written with labels: the old reader's path is taken
     assert seen > 100  # the agents' reports hold residue (the white-box ones none)

@@ -42,7 +42,7 @@ def _run_folder(tmp_path: Path) -> Path:
             "after": None,
             "context_calls": 3,
             "context_calls_with_z": 2,
-            "context_tiers": {"history: user turns": 2},
+            "context_tiers": {"user": 2},
             "context_example": "[history: user turns] user: I live at [z]",
             "store_items": 4,
             "store_items_with_z": 0,

@@ -12,11 +12,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from eu_audit.audits.channel_kinds import PROMPT_NAMES
 from eu_audit.blackbox.residue import prompt_parts
 from eu_audit.matching import TargetMatcher
 from eu_audit.serve.api import LogEntry
-from eu_audit.tiers import AFTER, EMBEDDING, TIERS
+from eu_audit.tiers import AFTER, EMBEDDING, ROLE_TIERS, tier_ids
 
 
 def quote(text: str, width: int = 160) -> str:
@@ -44,7 +43,7 @@ def callers(folder: Path, tenant: str, matcher: TargetMatcher) -> Counter[str]:
         if parts[0][0] == EMBEDDING:
             seen["an embedding request"] += 1
             continue
-        system = parts[0][1] if parts[0][0] == TIERS["system"] else "(no system prompt)"
+        system = parts[0][1] if parts[0][0] == ROLE_TIERS["system"] else "(no system prompt)"
         opening = quote(system, 48)
         seen["(an opening that holds z)" if matcher.found_in(opening) else opening] += 1
     return seen
@@ -78,8 +77,8 @@ def main(folders: list[str]) -> None:
             f = forgets.get(sid, {})
             ctx = f"{r['context_calls_with_z']} of {r['context_calls']} model calls after the forget"
             # by the channels' gate names (prompt.user, store.history), as the reports' tables
-            held = sorted(r["context_tiers"].items())
-            tiers = ", ".join(f"prompt.{PROMPT_NAMES.get(k, k)} {v}" for k, v in held) or "none"
+            held = sorted(tier_ids(r["context_tiers"]).items())  # a bundle from before tier ids: its labels
+            tiers = ", ".join(f"prompt.{k} {v}" for k, v in held) or "none"
             stores = ", ".join(f"store.{k} {v}" for k, v in sorted(r["store_tiers"].items())) or "none"
             print(f"- `{sid}`: forget answered *{f.get('detail', '?')}*; z reached {ctx} (tiers: {tiers});")
             print(f"  the dump holds z in {r['store_items_with_z']} of {r['store_items']} items ({stores}).")

@@ -21,15 +21,11 @@ from eu_audit.audits.leakage import SINK_CLASSES
 from eu_audit.audits.model import StateAudit
 from eu_audit.tiers import (
     DISK_TIERS,
-    EMBEDDING,
-    RAW_PROMPT,
+    PROMPT_TIER_LABELS,
     RECHECKS,
-    RESPONSE_FORMAT,
-    SPLIT,
-    TIERS,
     TOOL_CALLS,
-    TOOL_SPECS,
     recheck_problem,
+    tier_label,
 )
 
 Verdict = Literal["leaked", "suppressed", "erased", "never held", "not seen", "unknown"]
@@ -38,23 +34,13 @@ VERDICTS: tuple[Verdict, ...] = ("leaked", "suppressed", "erased", "never held",
 #: one session's verdict on one row: (row name, verdict, why unknown, the quoted place)
 ChannelRow = tuple[str, Verdict, str, str]
 
-#: the prompt tiers a gate names -> the tiers of serve's log they cover (``eu_audit.blackbox.residue``)
+#: the prompt tiers a gate names -> the tiers of serve's log they cover (``eu_audit.tiers``): each tier
+#: by its own id, and ``history``, the three a chat history holds
 PROMPT_TIERS: dict[str, tuple[str, ...]] = {
-    "system": (TIERS["system"],),
-    "history": (TIERS["user"], TIERS["assistant"], TOOL_CALLS),
-    "user": (TIERS["user"],),
-    "agent": (TIERS["assistant"],),
-    "calls": (TOOL_CALLS,),
-    "tool": (TIERS["tool"],),
-    "specs": (TOOL_SPECS,),
-    "format": (RESPONSE_FORMAT,),
-    "split": (SPLIT,),
-    "embedding": (EMBEDDING,),
-    "prompt": (RAW_PROMPT,),
+    "system": ("system",),
+    "history": ("user", "agent", TOOL_CALLS),
+    **{tier: (tier,) for tier in PROMPT_TIER_LABELS if tier != "system"},
 }
-#: serve log's tier -> the name of its channel row and gate (``prompt.user``); a role outside these keeps
-#: its own name
-PROMPT_NAMES = {tiers[0]: name for name, tiers in PROMPT_TIERS.items() if len(tiers) == 1}
 #: names a user may reach for that are no tier of their own, and where that text arrives instead
 NOT_A_TIER = {
     "memory": "retrieved memory arrives in the system prompt: prompt.system",
@@ -100,6 +86,10 @@ class ChannelKind:
     def row_name(self, tier: str) -> str:
         return f"{self.name}.{tier}"
 
+    def tier_label(self, tier: str) -> str:
+        """The words a quoted example of this tier opens with (``[rows] ...``)."""
+        return tier
+
     def places(self, state: StateAudit) -> dict[str, str]:
         """One quoted place per tier, where the state keeps one (else its one quote serves its tier)."""
         return {}
@@ -125,9 +115,8 @@ class ChannelKind:
         per_tier = self.places(s)
         for t in tiers:
             # the one quote is of one tier; eu-audit's read of the files keeps one place per tier
-            mine = (
-                f"[{t}] {per_tier[t]}" if t in per_tier else example if example.startswith(f"[{t}]") else ""
-            )
+            opening = f"[{self.tier_label(t)}]"
+            mine = f"[{t}] {per_tier[t]}" if t in per_tier else example if example.startswith(opening) else ""
             out.append((self.row_name(t), verdict if t in held else "erased", "", mine if t in held else ""))
         return out
 
@@ -150,8 +139,12 @@ class PromptKind(ChannelKind):
         held = state.residue.counts(self.counts)
         return float(sum(held.get(t, 0) for t in PROMPT_TIERS[tier]))  # the sum over the tiers it covers
 
-    def row_name(self, tier: str) -> str:
-        return f"{self.name}.{PROMPT_NAMES.get(tier, tier)}"
+    def tier_label(self, tier: str) -> str:
+        return tier_label(tier)
+
+    def all_tiers(self, states: Iterable[StateAudit]) -> list[str]:
+        # in the order of their words, as the rows read (and as audits keyed by the words were shown)
+        return sorted({t for s in states for t in self.tiers(s)}, key=tier_label)
 
 
 @dataclass(frozen=True)

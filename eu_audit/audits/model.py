@@ -14,12 +14,14 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     ValidationError,
     computed_field,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from eu_audit import __version__
 from eu_audit.defaults import ALPHA
+from eu_audit.tiers import tier_ids
 from eu_audit.trace.records import Side, side_of
 
 #: the method whose state is the measured false-positive floor: the agent that never saw z
@@ -97,6 +99,9 @@ class StateResidue(_SetFieldsOnly):
     disk_undeclared: list[str] = Field(default_factory=list)  # files read the agent did not name
     after: dict[str, RecheckOutcome] = Field(default_factory=dict)  # event -> outcome, in run order
     control_key: str = ""  # the key that marked the requests counted as post-forget
+
+    #: an audit written before the prompt tiers had ids keyed them by their labels: read as ids
+    _tier_ids = field_validator("context_tiers", mode="before")(tier_ids)
 
     def counts(self, field: str) -> dict[str, Any]:
         """The per-tier counts a channel kind keeps in ``field`` (``ChannelKind.counts``)."""

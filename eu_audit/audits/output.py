@@ -415,8 +415,6 @@ def channel_table(report: AuditReport) -> list[str]:
 def residue_lines(report: AuditReport) -> list[str]:
     """Where a black-box agent still held the target after its forget, by the channels' gate names
     (``prompt.user``, ``store.history``), with one example."""
-    from eu_audit.audits.channel_kinds import PROMPT_NAMES
-
     lines = []
     for method in row_order(report):
         if method == CONTROL and report.side == "black":
@@ -432,7 +430,7 @@ def residue_lines(report: AuditReport) -> list[str]:
         if ctx:
             example = next(s.residue.context_example for s in states if s.residue.context_example)
             ranked = sorted(ctx.items(), key=lambda kv: -kv[1])
-            where = ", ".join(f"prompt.{PROMPT_NAMES.get(k, k)} ({v} calls)" for k, v in ranked)
+            where = ", ".join(f"prompt.{k} ({v} calls)" for k, v in ranked)
             key = next((s.residue.control_key for s in states if s.residue.control_key), "")
             marked = f" (requests marked post-forget under control key {key})" if key else ""
             lines.append(

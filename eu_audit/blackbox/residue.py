@@ -20,7 +20,17 @@ from eu_audit.blackbox.contract import StoreDump
 from eu_audit.matching import TargetMatcher
 from eu_audit.matching.decoders import decoded_views
 from eu_audit.serve.api import CHAT_SHAPED, MODEL_ENDPOINTS, LogEntry, LogMark
-from eu_audit.tiers import AFTER, EMBEDDING, RAW_PROMPT, RESPONSE_FORMAT, SPLIT, TIERS, TOOL_CALLS, TOOL_SPECS
+from eu_audit.tiers import (
+    AFTER,
+    EMBEDDING,
+    RAW_PROMPT,
+    RESPONSE_FORMAT,
+    ROLE_TIERS,
+    SPLIT,
+    TOOL_CALLS,
+    TOOL_SPECS,
+    tier_label,
+)
 from eu_audit.trace.records import ResidueRecord
 from eu_audit.trace.session import SessionTrace
 
@@ -55,7 +65,7 @@ def strings(obj: Any) -> Iterator[str]:
 def _message_parts(m: dict[str, Any]) -> list[tuple[str, str]]:
     """(tier, text) of one chat message: its content in any shape, its tool calls (name and arguments:
     what an agent that keeps its tool-call history sends again), and every other string it carries."""
-    tier = TIERS.get(str(m.get("role")), str(m.get("role")))
+    tier = ROLE_TIERS.get(str(m.get("role")), str(m.get("role")))
     out = [(tier, " ".join(strings(m.get("content"))))]
     for c in m.get("tool_calls") or []:
         out.append((TOOL_CALLS, " ".join(strings(c.get("function") if isinstance(c, dict) else c))))
@@ -82,7 +92,7 @@ def prompt_parts(entry: LogEntry) -> list[tuple[str, str]]:
         for seg in entry.segments:
             m = _ROLE.search(seg[:80])
             role = m.group(1) if m else "assistant"  # a turn's body carries no header: the agent's own
-            out.append((TIERS.get(role, role), seg))
+            out.append((ROLE_TIERS.get(role, role), seg))
         return out
     return [(RAW_PROMPT, entry.prompt_text or "")]
 
@@ -98,12 +108,12 @@ def tiers_with_z(entry: LogEntry, matcher: TargetMatcher) -> tuple[list[str], st
         if matcher.found_in(text):
             if tier not in tiers:
                 tiers.append(tier)
-            example = example or f"[{tier}] {snippet(text, matcher)}"
+            example = example or f"[{tier_label(tier)}] {snippet(text, matcher)}"
     if not tiers:
         whole = "\n".join(text for _, text in parts)
         if matcher.found_in(whole):
             tiers.append(SPLIT)
-            example = f"[{SPLIT}] {snippet(whole, matcher)}"
+            example = f"[{tier_label(SPLIT)}] {snippet(whole, matcher)}"
     if not tiers:
         for tier, text in parts:
             for how, view in decoded_views(text):
@@ -111,7 +121,7 @@ def tiers_with_z(entry: LogEntry, matcher: TargetMatcher) -> tuple[list[str], st
                     if tier not in tiers:
                         tiers.append(tier)
                     # the decoded view, masked: the encoded text would carry z past every mask
-                    example = example or f"[{tier}, sent as {how}] {snippet(view, matcher)}"
+                    example = example or f"[{tier_label(tier)}, sent as {how}] {snippet(view, matcher)}"
                     break
     return tiers, example
 

@@ -51,7 +51,7 @@ from eu_audit.matching import TargetMatcher
 from eu_audit.matching.fold import fold_text
 from eu_audit.serve.api import MODEL_ENDPOINTS, LogEntry, LogMark
 from eu_audit.serve.control import CONTROL_ENDPOINTS
-from eu_audit.tiers import TAMPER_KINDS, TIERS
+from eu_audit.tiers import ROLE_TIERS, TAMPER_KINDS
 from eu_audit.trace.blocks import MODEL_DERIVED
 from eu_audit.trace.records import AGENT_METHOD
 from eu_audit.trace.session import SessionTrace
@@ -64,7 +64,7 @@ CLOCK_SLACK_S = 2.0
 #: the tenant whose calls must never carry z (``drive.METHODS``' counterfactual world)
 REFERENCE = "b5"
 #: the prompt tier of the agent's own earlier turns (a chat history's assistant messages)
-AGENT_TURNS = TIERS["assistant"]
+AGENT_TURNS = ROLE_TIERS["assistant"]
 
 
 @dataclass

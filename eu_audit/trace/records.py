@@ -17,6 +17,7 @@ from eu_audit.defaults import TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.episodes import MAX_NEW_TOKENS, Episode, Phase, StepKind, Target
 from eu_audit.errors import BadInput
 from eu_audit.matching import TargetMatcher
+from eu_audit.tiers import tier_ids
 from eu_audit.trace.blocks import RuntimeBlock
 
 SCHEMA_VERSION = "eu-audit/trace@2"
@@ -298,8 +299,11 @@ class ResidueRecord(_Record):
     session_id: str
     context_calls: int | None = None  # model calls after the forget (None: no serve log)
     context_calls_with_z: int | None = None
-    context_tiers: dict[str, int] = Field(default_factory=dict)  # where in the prompt z was: which tier
+    #: where in the prompt z was: tier id (``eu_audit.tiers``) -> calls; a bundle written before the ids
+    #: keyed them by their labels, read as ids
+    context_tiers: dict[str, int] = Field(default_factory=dict)
     context_example: str = ""  # one prompt snippet that still carried z
+    _tier_ids = field_validator("context_tiers", mode="before")(tier_ids)
     store_items: int | None = None  # items in the store dump (None: the agent offers no dump)
     store_items_with_z: int | None = None
     store_tiers: dict[str, int] = Field(default_factory=dict)  # store name -> items holding z
