@@ -31,6 +31,31 @@ def channel_of(metric: str) -> str:
     return METRICS.get(metric).channel if metric in METRICS else ""
 
 
+def rule_description(rule_text: str) -> str:
+    """What a rule measures, in the words its metric (or its channel kind) gives; "" for a pseudo-rule."""
+    from eu_audit.audits.channel_kinds import CHANNEL_KINDS
+    from eu_audit.audits.gate import PSEUDO_RULES, parse_rule
+    from eu_audit.audits.metric import METRICS
+
+    if rule_text in PSEUDO_RULES:
+        return ""
+    metric = parse_rule(rule_text).metric
+    if "." in metric:
+        kind = CHANNEL_KINDS.get(metric.split(".", 1)[0])
+        return f"z counted in the {kind.label}: {metric}" if kind else ""
+    return METRICS.get(metric).description if metric in METRICS else ""
+
+
+def rule_defined_by(rep: AuditReport, rule_text: str) -> str:
+    """The distribution that defined a rule's metric, as the audit recorded it (``defined_by``)."""
+    from eu_audit.audits.gate import PSEUDO_RULES, parse_rule
+
+    if rule_text in PSEUDO_RULES:
+        return f"eu-audit=={rep.tool_version or __version__}"
+    metric = parse_rule(rule_text).metric
+    return rep.defined_by.get(f"metrics:{metric}", f"eu-audit=={rep.tool_version or __version__}")
+
+
 def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:
     """The channel a rule reads and one place where z was found there (quoted, masked as the audit is),
     or why there is none; ("", "") for a rule with no channel (cost, utility, a white-box metric)."""
@@ -67,7 +92,10 @@ def sarif(rep: AuditReport, artifact: str) -> dict[str, Any]:
             "id": g.rule,
             "name": g.rule,
             "shortDescription": {"text": f"eu-audit rule {g.rule}"},
+            **({"fullDescription": {"text": what}} if (what := rule_description(g.rule)) else {}),
             "helpUri": INFORMATION_URI,
+            # the package that defined the rule's metric (a plug-in's, with its version; eu-audit's own)
+            "properties": {"definedBy": rule_defined_by(rep, g.rule)},
         }
         for g in gates
     ]
