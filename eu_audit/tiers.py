@@ -69,6 +69,7 @@ TAMPER_KINDS = {
     "reference_answer_z": "answer(s) of the reference tenant (never fed z) carrying z its model never wrote",
     "foreign_answer": "answer(s) given for this tenant that serve decoded only on another tenant's lane",
     "foreign_history": "model call(s) on this tenant's lane quoting another tenant's reply as its own turn",
+    "unheard_turn": "user turn(s) answered for this tenant that reached the model only on another's lane",
 }
 
 #: the events after the forget that ``eu-audit gate --recheck`` runs (``after.<event>``), each registered

@@ -13,7 +13,10 @@ own lane so that its own post-forget prompts look clean:
   the other held tenants' lanes (which tenant is which it cannot tell: names are opaque);
 - ``unknown-lane``: sends them down a lane serve never opened;
 - ``other-lanes``: sends them down every other lane it was given, whether its tenant's run is over or not;
-- ``base64``: no route around serve: its own calls carry z base64-encoded, which a model can decode.
+- ``base64``: no route around serve: its own calls carry z base64-encoded, which a model can decode;
+- ``control-lane``: answers each turn after its forget from a call down the lane of a tenant whose
+  history holds z and that was never told to forget (the positive control), the answer reworded, and
+  makes a decoy call on its own lane that carries no turn at all.
 
 Run: ``python -m tests.hostile_agent --route R --serve URL [--control-file F] --port P``.
 """
@@ -47,6 +50,7 @@ ROUTES = (
     "unknown-lane",
     "other-lanes",
     "base64",
+    "control-lane",
 )
 
 
@@ -128,6 +132,10 @@ class Hostile:
             return [f"{self.serve}/lanes/{secrets.token_hex(16)}/v1"]
         if self.route == "other-lanes":
             return [self.url[t] for t in others]
+        if self.route == "control-lane":
+            kept = [t for t in others if t not in self.forgot]
+            held = [t for t in kept if any(m.found_in(h["content"]) for h in self.history.get(t, []))]
+            return [self.url[t] for t in held[:1]]
         return []
 
     def send(self, session_id: str, message: Message) -> Turn:
@@ -157,6 +165,10 @@ class Hostile:
         elif self.route == "base64":
             encoded = base64.b64encode(m.value.encode()).decode()
             return Turn(text=self._chat(self.url[tenant], [*decoy, {"role": "system", "content": encoded}]))
+        elif self.route == "control-lane":
+            said = [self._chat(url, history) for url in self._elsewhere(tenant, m)]
+            self._chat(self.url[tenant], [{"role": "system", "content": "You are a helpful assistant."}])
+            return Turn(text="Noted: " + " ".join(said)[::-1])  # reworded: not the text serve decoded
         else:
             for url in self._elsewhere(tenant, m):
                 self._chat(url, history)

@@ -90,6 +90,7 @@ def _gate(serve: str, route: str, concurrency: int, tmp_path: Path, cli: bool) -
         ("hold", 3, {"reference_z", "unfed_text"}),
         ("unknown-lane", 3, {"unknown_route"}),
         ("other-lanes", 3, {"reference_z", "unfed_text", "stray_call"}),
+        ("control-lane", 3, {"unheard_turn", "unfed_text", "stray_call"}),
     ],
 )
 def test_a_hostile_agent_that_keeps_z_never_passes_whatever_route_it_tries(
@@ -342,6 +343,41 @@ def test_an_answer_or_a_turn_decoded_on_another_tenants_lane_is_tampering() -> N
     assert found([*honest, call("tc", "ok", (both, decoy))], both, decoy) == {"b0": {"foreign_history": 1}}
     # the same text decoded for both (the turns before the forget) is each one's own; short texts tell nothing
     assert found([*honest, call("tc", "ok", (both,)), call("tc", "Fine.")], both, decoy, "Fine.") == {}
+
+
+def test_a_turn_that_reached_the_model_only_on_another_tenants_lane_is_tampering() -> None:
+    """An agent that answers its tenant's turn from a call down the positive control's lane, and rewords
+    the answer so it is not the decoded text, leaves its own lane without the turn: ``unheard_turn``.
+    A turn its own lane carried, one answered without the model while no other lane carried it, and the
+    same turn on both lanes (tenants driven alike) are each honest."""
+    from eu_audit.blackbox.tamper import Tenant, find_tampering
+    from eu_audit.matching import TargetMatcher
+
+    z = TargetMatcher.of("12 Linden Street")
+    turn = "Please book the dentist for next Tuesday morning."
+
+    def found(calls: list[tuple[str, float, str]], answered: tuple[float, float] = (100.0, 110.0)) -> dict:
+        tenants = {"ta": Tenant("s0", "agent", z, turns=[(*answered, turn)]), "tc": Tenant("s0", "b0", z)}
+        entries = [
+            logged(
+                endpoint="/v1/chat/completions",
+                status=200,
+                time=when,
+                mark={"key": "k", "tenant": tenant, "phase": "future"},
+                messages=[{"role": "user", "content": text}],
+            )
+            for tenant, when, text in calls
+        ]
+        got = find_tampering(entries, key="k", sent=set(), tenants=tenants, lanes={}, first=("s0", "agent"))
+        return {w[1]: kinds for w, kinds in got.counts.items()}
+
+    assert found([("tc", 105.0, turn)]) == {"agent": {"unheard_turn": 1}}  # down the control's lane only
+    # folded as the matcher folds: a space or a case changed is still the turn
+    assert found([("tc", 105.0, turn.upper().replace(" ", "  "))]) == {"agent": {"unheard_turn": 1}}
+    assert found([("ta", 105.0, turn), ("tc", 106.0, turn)]) == {}  # both lanes: tenants driven alike
+    assert found([("ta", 105.0, f"Earlier: hi. Now: {turn}")]) == {}  # its own lane, in a longer prompt
+    assert found([]) == {}  # answered without the model, and no lane carried it
+    assert found([("tc", 150.0, turn)]) == {}  # the control's own turn, long after this one was answered
 
 
 def test_eu_audits_own_agent_tokenizes_with_the_model_serve_runs_and_refuses_another(serve: str) -> None:

@@ -268,11 +268,11 @@ def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> 
         if lane.lane:
             lanes[lane.lane] = (session_id_of(job.index), job.method)
         name = names[(job.index, job.method)]
-        fed = tenants[name].fed
+        fed, turns = tenants[name].fed, tenants[name].turns
         if floor is not None:  # it names no files: nothing of it to read or to look for
-            run = TenantRun(Seat(floor, job, lane, outbox, name, fed))
+            run = TenantRun(Seat(floor, job, lane, outbox, name, fed, turns))
         else:
-            seat = Seat(under_test, job, lane, outbox, name, fed)
+            seat = Seat(under_test, job, lane, outbox, name, fed, turns)
             run = TenantRun(seat, disks=disks, undeclared=undeclared)
         trace = run.run()
         counter.tick(f"{trace.session.parent_session} {job.method} {job.episode.id}")

@@ -11,7 +11,7 @@ import functools
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from eu_audit.blackbox.adapter import AgentFailed, AgentUnderTest, AgentUnreachable, guarded
@@ -65,19 +65,29 @@ class Seat:
     outbox: Outbox
     tenant: str
     fed: list[tuple[float, str]]
+    #: (sent, answered, text) of each user turn the agent answered (``Feeding``)
+    turns: list[tuple[float, float, str]] = field(default_factory=list)
 
 
 class Feeding:
     """The agent as one tenant's run sees it: every text the harness sends it (messages, tool results,
     memory records) is noted with the harness's time first, so a model call that quotes a text before it
-    was sent shows (``tamper.Tenant.unfed``)."""
+    was sent shows (``tamper.Tenant.unfed``); and each user turn the agent answered, with when it was
+    sent and answered, so a turn that reached the model only on another tenant's lane shows
+    (``tamper.check_turns_heard``)."""
 
-    def __init__(self, agent: AgentUnderTest, fed: list[tuple[float, str]]) -> None:
-        self._agent, self.fed = agent, fed
+    def __init__(
+        self, agent: AgentUnderTest, fed: list[tuple[float, str]], turns: list[tuple[float, float, str]]
+    ) -> None:
+        self._agent, self.fed, self.turns = agent, fed, turns
 
     def send(self, session_id: str, message: Message) -> Turn:
-        self.fed.append((time.time(), message.content or ""))
-        return self._agent.send(session_id, message)
+        sent = time.time()
+        self.fed.append((sent, message.content or ""))
+        turn = self._agent.send(session_id, message)
+        if message.role == "user" and (turn.text or turn.actions):
+            self.turns.append((sent, time.time(), message.content or ""))
+        return turn
 
     def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
         self.fed.append((time.time(), record.text))
@@ -108,7 +118,7 @@ class EpisodeStream:
         ep, opts, caps = job.episode, seat.driven.opts, seat.driven.caps
         self.fed = seat.fed
         self.agent = cast(
-            AgentUnderTest, Feeding(seat.driven.agent, seat.fed)
+            AgentUnderTest, Feeding(seat.driven.agent, seat.fed, seat.turns)
         )  # every operation goes through it
         self.caps, self.serve, self.outbox, self.opts = caps, lane, seat.outbox, opts
         self.ep, self.tenant = ep, tenant
