@@ -52,6 +52,8 @@ class RecordOptions:
     kv_sidecar: bool = False
     force: bool = False
     shard: Shard | None = None  # run only this shard's sessions (ids and seeds stay run-wide)
+    #: run only the sessions with these run-wide indices (a round of ``whitebox_rounds``)
+    only: frozenset[int] | None = None
 
 
 @dataclass
@@ -173,7 +175,13 @@ def record(
 ) -> RecordResult:
     check_decoding(opts.temperature, opts.max_tokens)
     plan = RunPlan.make(
-        opts.suite, opts.n, opts.out, state_dir=opts.state_dir, shard=opts.shard, force=opts.force
+        opts.suite,
+        opts.n,
+        opts.out,
+        state_dir=opts.state_dir,
+        shard=opts.shard,
+        force=opts.force,
+        only=opts.only,
     )
     out, state_dir = plan.out, plan.state_dir
     if opts.concurrency < 1:

@@ -70,3 +70,63 @@ def test_a_run_in_rounds_that_could_not_be_decided_is_refused_before_any_agent_r
     got = run_cli("record", "--agent", "http://127.0.0.1:9", "-o", str(tmp_path / "bb.jsonl"), *extra)
     assert got.returncode == 2, got.stderr
     assert said in " ".join(got.stderr.split()), got.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--until-decided"], "--until-decided needs --n"),
+        (["--n", "2", "--methods", "b7"], "add it"),
+        (["--n", "2", "--until-decided", "--shard", "1/2"], "a shard cannot see the other shards' failures"),
+        (["--n", "2", "--until-decided", "--methods", "b42"], "unknown method 'b42'"),
+        (["--n", "2", "--until-decided", "--until-gate", "b9.cad==0"], "b9"),
+    ],
+)
+def test_a_white_box_run_in_rounds_that_could_not_be_decided_is_refused_before_any_model_loads(
+    tmp_path: Path, extra: list[str], said: str
+) -> None:
+    # a model that does not exist: a refusal that came after loading one would say so instead
+    got = run_cli("record", "--model", "no-such-model", "-o", str(tmp_path / "t.jsonl"), *extra)
+    assert got.returncode == 2, got.stderr
+    assert said in " ".join(got.stderr.split()), got.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_white_box_run_in_rounds_stops_at_the_first_failure_more_sessions_cannot_undo(
+    tmp_path: Path,
+) -> None:
+    """Record, forget and audit on the runtime in rounds (tiny model: mechanics): B0 keeps the user's
+    record, a fact one session shows, so the run stops after its first round of at most 2; B7's rules are
+    decided on that session too (equal to B5 token for token), and the audit, its gates and the joined
+    recording say where it stopped. No round's own file is left behind."""
+    import json
+
+    out, js = tmp_path / "t.jsonl", tmp_path / "audit.json"
+    argv = [
+        "record",
+        "--model",
+        "tiny-random",
+        "--n",
+        "2",
+        "--until-decided",
+        "--methods",
+        "b7,b0",
+        "--k",
+        "1",
+    ]
+    got = run_cli(*argv, "--until-gate", "b0.leak_record==0", "--json", str(js), "-o", str(out))
+    assert got.returncode == 1, got.stdout + got.stderr
+    said = " ".join(got.stdout.split())
+    assert "stopped at n = 1 of at most 2 per suite: b0.leak_record==0 failed" in said, said
+    report = json.loads(js.read_text())
+    gates = {g["rule"]: g["outcome"] for g in report["gates"]}
+    assert gates["b0.leak_record==0"] == "failed" and gates["b7.leak_probes<=floor"] == "held", gates
+    assert {s["session_id"] for s in report["states"]} == {"s0"}  # one session: the second never ran
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["engine_facts"]["stopped"] == {
+        "n": 1,
+        "max_n": 2,
+        "why": "b0.leak_record==0 failed (fact: every session observed): more sessions cannot undo it",
+        "early": True,
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.json", "t.jsonl", "t.jsonl.salt"]

@@ -128,7 +128,9 @@ RecordUntilDecided = Annotated[
         "and stop at the first failure more sessions cannot undo (z in a prompt or store, a lost "
         "bystander, tampering, a rate the betting test finds worse: valid under optional stopping). A "
         "forget that leaks usually stops after one session; one that works runs to --n, where the fixed-n "
-        "tests decide the holds. Rules: --until-gate-set (default forget) and --until-gate, as audit's.",
+        "tests decide the holds. Rules: --until-gate-set (default forget) and --until-gate, as audit's. "
+        "White-box: each round's sessions are forgotten with --methods and audited, the audit written "
+        "with --json and exited with as audit's.",
     ),
 ]
 RecordUntilGateSet = Annotated[

@@ -42,6 +42,7 @@ from eu_audit.cli.app import (
     progress_bar,
     say,
 )
+from eu_audit.cli.record_rounds import RecordJson, RecordMethods, run_white_rounds
 from eu_audit.defaults import DTYPE, SAMPLES_K, TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.errors import BadInput
 from eu_audit.models import DEFAULT_MODEL
@@ -110,7 +111,6 @@ def _agent_only(
     recheck: str | None,
     positive_control: bool,
     store_path: list[str] | None,
-    until_decided: bool = False,
     same_user_ok: bool = False,
     own_floor: bool = True,
 ) -> dict[str, bool]:
@@ -120,7 +120,6 @@ def _agent_only(
         "--no-positive-control": not positive_control,
         "--no-own-floor": not own_floor,
         "--store-path": bool(store_path),
-        "--until-decided": until_decided,
         "--same-user-ok": same_user_ok,
     }
 
@@ -187,10 +186,17 @@ def record_command(
     until_decided: RecordUntilDecided = False,
     until_gate_set: RecordUntilGateSet = None,
     until_gate: RecordUntilGate = None,
+    methods: RecordMethods = None,
+    json_path: RecordJson = None,
     force: Force = False,
     shard: ShardOption = None,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
+
+    With --until-decided, record in rounds (1, 2, 4, ... up to --n sessions per suite), forget each
+    round's sessions with --methods (and the floor B5, the no-forget control B0) and audit them, and stop
+    once the gate set is decided; the audit of every round's sessions is gated, written (--json) and exited
+    with, as `eu-audit audit` does.
 
     With --agent (now `eu-audit gate`, which also decides), drive an agent eu-audit did not build through
     the agent contract; `eu-audit audit` then gates the bundle, no model needed.
@@ -198,6 +204,7 @@ def record_command(
     Example:
 
     [bold]eu-audit record --suite builtin --n 2 --model qwen2.5-coder-0.5b --seed 0 -o trace.jsonl[/]
+    [bold]eu-audit record --suite bfcl-memory --n 30 --until-decided --methods b7 --json audit.json[/]
     """
     from eu_audit.record import RecordOptions
     from eu_audit.record import record as run_record
@@ -212,9 +219,15 @@ def record_command(
         "--engine": engine != "auto",
         "--server": server is not None,
         "--ctx": ctx is not None,
+        "--methods": methods is not None,
+        "--json": json_path is not None,
     }
-    agent_only = _agent_only(recheck, positive_control, store_path, until_decided, same_user_ok, own_floor)
-    rounds_of(until_decided, until_gate_set, until_gate)  # --until-gate* without --until-decided: refused
+    agent_only = _agent_only(recheck, positive_control, store_path, same_user_ok, own_floor)
+    rounds = rounds_of(until_decided, until_gate_set, until_gate)  # --until-gate* alone: refused
+    if not until_decided and (methods or json_path):
+        raise BadInput(
+            "--methods and --json are what each round of --until-decided audits and writes; add it"
+        )
     _check_kind(agent, white_box_only, agent_only)
     if agent is not None:  # the old spelling of `eu-audit gate --record-only`
         say(err, DEPRECATED_AGENT)
@@ -241,6 +254,9 @@ def record_command(
         force=force,
         shard=Shard.parse(shard) if shard else None,
     )
+    if rounds is not None:
+        run_white_rounds(opts, rounds, methods, k, json_path)
+        return
     with progress_bar() as report:
         _print_recorded(run_record(opts, progress=report))
 
