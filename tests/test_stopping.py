@@ -96,9 +96,8 @@ def test_a_white_box_run_in_rounds_stops_at_the_first_failure_more_sessions_cann
     tmp_path: Path,
 ) -> None:
     """Record, forget and audit on the runtime in rounds (tiny model: mechanics): B0 keeps the user's
-    record, a fact one session shows, so the run stops after its first round of at most 2; B7's rules are
-    decided on that session too (equal to B5 token for token), and the audit, its gates and the joined
-    recording say where it stopped. No round's own file is left behind."""
+    record, a fact one session shows, so the run stops after its first round of at most 2; the audit, its
+    gates and the joined recording say where it stopped. No round's own file is left behind."""
     import json
 
     out, js = tmp_path / "t.jsonl", tmp_path / "audit.json"
@@ -120,7 +119,7 @@ def test_a_white_box_run_in_rounds_stops_at_the_first_failure_more_sessions_cann
     assert "stopped at n = 1 of at most 2 per suite: b0.leak_record==0 failed" in said, said
     report = json.loads(js.read_text())
     gates = {g["rule"]: g["outcome"] for g in report["gates"]}
-    assert gates["b0.leak_record==0"] == "failed" and gates["b7.leak_probes<=floor"] == "held", gates
+    assert gates["b0.leak_record==0"] == "failed", gates
     assert {s["session_id"] for s in report["states"]} == {"s0"}  # one session: the second never ran
     header = json.loads(out.read_text().splitlines()[0])
     assert header["engine_facts"]["stopped"] == {
