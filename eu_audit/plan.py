@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
@@ -14,6 +15,18 @@ from eu_audit.jsonl import check_output_path
 from eu_audit.shards import Shard
 from eu_audit.suites import load_suite
 from eu_audit.trace.records import session_id_of
+
+
+class RunOptions(Protocol):
+    """What a plan is made from, on either side (``RecordOptions``, ``AgentRecordOptions``)."""
+
+    suite: str
+    n: int | None
+    out: Path
+    state_dir: Path | None
+    shard: Shard | None
+    force: bool
+    only: frozenset[int] | None
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,19 @@ class RunPlan:
         """Where session ``index`` falls among its suite's sessions (0 for each suite's first)."""
         suite = self.episodes[index].suite
         return sum(1 for ep in self.episodes[:index] if ep.suite == suite)
+
+    @classmethod
+    def of(cls, opts: RunOptions) -> RunPlan:
+        """The plan of a run's options (``make`` with each of them)."""
+        return cls.make(
+            opts.suite,
+            opts.n,
+            opts.out,
+            state_dir=opts.state_dir,
+            shard=opts.shard,
+            force=opts.force,
+            only=opts.only,
+        )
 
     @classmethod
     def make(

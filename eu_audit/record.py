@@ -174,15 +174,7 @@ def record(
     engine: KVEngine | None = None,
 ) -> RecordResult:
     check_decoding(opts.temperature, opts.max_tokens)
-    plan = RunPlan.make(
-        opts.suite,
-        opts.n,
-        opts.out,
-        state_dir=opts.state_dir,
-        shard=opts.shard,
-        force=opts.force,
-        only=opts.only,
-    )
+    plan = RunPlan.of(opts)
     out, state_dir = plan.out, plan.state_dir
     if opts.concurrency < 1:
         raise BadInput("--concurrency must be at least 1")

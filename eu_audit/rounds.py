@@ -66,21 +66,28 @@ def round_path(out: Path, r: int) -> Path:
     return out.with_name(f"{out.stem}.round-{r}{out.suffix or '.jsonl'}")
 
 
-def check_rounds(opts: AgentRecordOptions) -> int:
-    """The run's most sessions per suite, refused before any agent runs where rounds cannot be decided."""
-    if opts.shard is not None:
+def most_sessions(n: int | None, sharded: bool) -> int:
+    """A run in rounds' most sessions per suite (its ``--n``), refused where rounds cannot run: without
+    ``--n``, or on a shard (white-box and black-box alike)."""
+    if sharded:
         raise BadInput(
             "--until-decided with --shard: a shard cannot see the other shards' failures; run the rounds "
             "on one machine, or shard a run of fixed --n"
         )
-    if opts.n is None:
+    if n is None:
         raise BadInput("--until-decided needs --n: the most sessions per suite the rounds may reach")
+    return n
+
+
+def check_rounds(opts: AgentRecordOptions) -> int:
+    """The run's most sessions per suite, refused before any agent runs where rounds cannot be decided."""
+    n = most_sessions(opts.n, opts.shard is not None)
     if not opts.positive_control:
         raise BadInput(
             "--until-decided with --no-positive-control: a hold needs the no-forget control at the same n, "
             "so no round could ever hold a rule on z"
         )
-    return opts.n
+    return n
 
 
 def record_until_decided(

@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING
 
 from eu_audit.audits.model import AuditReport
 from eu_audit.audits.stopping import Stop, sessions_schedule, should_stop
-from eu_audit.errors import BadInput
 from eu_audit.jsonl import atomic_writer, check_output_path
 from eu_audit.plan import RunPlan
 from eu_audit.progress import Progress
-from eu_audit.rounds import Gate, round_path
+from eu_audit.rounds import Gate, most_sessions, round_path
 
 if TYPE_CHECKING:
     from eu_audit.audit import AuditOptions
@@ -49,18 +48,6 @@ class WhiteBoxRounds:
     gate: Gate
 
 
-def check_white_rounds(rec: RecordOptions) -> int:
-    """The run's most sessions per suite, refused before any model loads where rounds cannot run."""
-    if rec.shard is not None:
-        raise BadInput(
-            "--until-decided with --shard: a shard cannot see the other shards' failures; run the rounds "
-            "on one machine, or shard a run of fixed --n"
-        )
-    if rec.n is None:
-        raise BadInput("--until-decided needs --n: the most sessions per suite the rounds may reach")
-    return rec.n
-
-
 def record_until_decided_white(
     rec: RecordOptions,
     rounds: WhiteBoxRounds,
@@ -74,7 +61,7 @@ def record_until_decided_white(
     from eu_audit.audits.merge import merge_reports
     from eu_audit.record import record
 
-    max_n = check_white_rounds(rec)
+    max_n = most_sessions(rec.n, rec.shard is not None)
     gate = rounds.gate
     gate.check()
     plan = RunPlan.make(rec.suite, max_n, rec.out, state_dir=rec.state_dir, shard=None, force=rec.force)

@@ -222,15 +222,7 @@ def _named(
 
 
 def _plan(opts: AgentRecordOptions) -> RunPlan:
-    return RunPlan.make(
-        opts.suite,
-        opts.n,
-        opts.out,
-        state_dir=opts.state_dir,
-        shard=opts.shard,
-        force=opts.force,
-        only=opts.only,
-    )
+    return RunPlan.of(opts)
 
 
 def record_agent(opts: AgentRecordOptions, progress: Progress | None = None) -> tuple[Bundle, Path]:
