@@ -348,16 +348,18 @@ def test_an_answer_or_a_turn_decoded_on_another_tenants_lane_is_tampering() -> N
 def test_a_turn_that_reached_the_model_only_on_another_tenants_lane_is_tampering() -> None:
     """An agent that answers its tenant's turn from a call down the positive control's lane, and rewords
     the answer so it is not the decoded text, leaves its own lane without the turn: ``unheard_turn``.
-    A turn its own lane carried, one answered without the model while no other lane carried it, and the
-    same turn on both lanes (tenants driven alike) are each honest."""
-    from eu_audit.blackbox.tamper import Tenant, find_tampering
+    Honest: the turn on its own lane; answered without the model; the control's own call while it answers
+    the same turn itself (tenants driven alike); a call that ended before the turn was sent (the tenant
+    driven before it, whose probes carry the whole history)."""
+    from eu_audit.blackbox.tamper import Tenant, UserTurn, find_tampering
     from eu_audit.matching import TargetMatcher
 
     z = TargetMatcher.of("12 Linden Street")
     turn = "Please book the dentist for next Tuesday morning."
 
-    def found(calls: list[tuple[str, float, str]], answered: tuple[float, float] = (100.0, 110.0)) -> dict:
-        tenants = {"ta": Tenant("s0", "agent", z, turns=[(*answered, turn)]), "tc": Tenant("s0", "b0", z)}
+    def found(calls: list[tuple[str, float, str]], control_at: tuple[float, float] | None = None) -> dict:
+        mine = Tenant("s0", "agent", z, turns=[UserTurn(100.0, 110.0, turn, True)])
+        control = Tenant("s0", "b0", z, turns=[UserTurn(*control_at, turn, True)] if control_at else [])
         entries = [
             logged(
                 endpoint="/v1/chat/completions",
@@ -368,6 +370,7 @@ def test_a_turn_that_reached_the_model_only_on_another_tenants_lane_is_tampering
             )
             for tenant, when, text in calls
         ]
+        tenants = {"ta": mine, "tc": control}
         got = find_tampering(entries, key="k", sent=set(), tenants=tenants, lanes={}, first=("s0", "agent"))
         return {w[1]: kinds for w, kinds in got.counts.items()}
 
@@ -377,6 +380,8 @@ def test_a_turn_that_reached_the_model_only_on_another_tenants_lane_is_tampering
     assert found([("ta", 105.0, turn), ("tc", 106.0, turn)]) == {}  # both lanes: tenants driven alike
     assert found([("ta", 105.0, f"Earlier: hi. Now: {turn}")]) == {}  # its own lane, in a longer prompt
     assert found([]) == {}  # answered without the model, and no lane carried it
+    assert found([("tc", 105.0, turn)], control_at=(104.0, 108.0)) == {}  # the control's own, same turn
+    assert found([("tc", 99.5, turn)]) == {}  # ended before the turn was sent: the tenant driven before
     assert found([("tc", 150.0, turn)]) == {}  # the control's own turn, long after this one was answered
 
 

@@ -24,6 +24,7 @@ from eu_audit.blackbox.contract import (
 )
 from eu_audit.blackbox.options import AgentRecordOptions
 from eu_audit.blackbox.serve_control import ServeControl
+from eu_audit.blackbox.tamper import UserTurn
 from eu_audit.episodes import Episode, Step, StepKind
 from eu_audit.runtime.agent import INSTRUCTIONS
 from eu_audit.runtime.memory import Outbox
@@ -65,8 +66,8 @@ class Seat:
     outbox: Outbox
     tenant: str
     fed: list[tuple[float, str]]
-    #: (sent, answered, text) of each user turn the agent answered (``Feeding``)
-    turns: list[tuple[float, float, str]] = field(default_factory=list)
+    #: each user turn the harness sent it, with when it was answered (``Feeding``)
+    turns: list[UserTurn] = field(default_factory=list)
 
 
 class Feeding:
@@ -76,17 +77,16 @@ class Feeding:
     sent and answered, so a turn that reached the model only on another tenant's lane shows
     (``tamper.check_turns_heard``)."""
 
-    def __init__(
-        self, agent: AgentUnderTest, fed: list[tuple[float, str]], turns: list[tuple[float, float, str]]
-    ) -> None:
+    def __init__(self, agent: AgentUnderTest, fed: list[tuple[float, str]], turns: list[UserTurn]) -> None:
         self._agent, self.fed, self.turns = agent, fed, turns
 
     def send(self, session_id: str, message: Message) -> Turn:
         sent = time.time()
         self.fed.append((sent, message.content or ""))
         turn = self._agent.send(session_id, message)
-        if message.role == "user" and (turn.text or turn.actions):
-            self.turns.append((sent, time.time(), message.content or ""))
+        if message.role == "user":
+            said = bool(turn.text or turn.actions)
+            self.turns.append(UserTurn(sent, time.time(), message.content or "", said))
         return turn
 
     def inject_memory(self, tenant: str, record: MemoryRecord) -> Turn:
