@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from eu_audit.audits.model import AuditReport
 from eu_audit.audits.stopping import Stop, sessions_schedule, should_stop
+from eu_audit.bundle.io import file_digest
 from eu_audit.jsonl import atomic_writer, check_output_path
 from eu_audit.plan import RunPlan
 from eu_audit.progress import Progress
@@ -91,7 +92,17 @@ def record_until_decided_white(
             if stop is not None:
                 break
         assert stop is not None and merged is not None  # the schedule ends at max_n, where it always stops
-        _join_recordings(recordings[: schedule.index(stop.n) + 1], plan.out, stop)
+        ran = schedule.index(stop.n) + 1
+        _join_recordings(recordings[:ran], plan.out, stop)
+        # the audit names what stays: the joined recording (the rounds' files and states are removed)
+        merged = merged.model_copy(
+            update={
+                "bundle": str(plan.out),
+                "bundle_digest": file_digest(plan.out),
+                "unlearned": None,
+                "cost": {**merged.cost, "rounds": ran},
+            }
+        )
     finally:
         for part in recordings:
             for p in _round_files(part):

@@ -121,6 +121,7 @@ def test_a_white_box_run_in_rounds_stops_at_the_first_failure_more_sessions_cann
     gates = {g["rule"]: g["outcome"] for g in report["gates"]}
     assert gates["b0.leak_record==0"] == "failed", gates
     assert {s["session_id"] for s in report["states"]} == {"s0"}  # one session: the second never ran
+    assert report["bundle"] == str(out) and report["cost"]["rounds"] == 1  # what stays, not a round's file
     header = json.loads(out.read_text().splitlines()[0])
     assert header["engine_facts"]["stopped"] == {
         "n": 1,
