@@ -50,10 +50,10 @@ def rule_defined_by(rep: AuditReport, rule_text: str) -> str:
     """The distribution that defined a rule's metric, as the audit recorded it (``defined_by``)."""
     from eu_audit.audits.gate import PSEUDO_RULES, parse_rule
 
+    ours = f"eu-audit=={rep.tool_version or __version__}"
     if rule_text in PSEUDO_RULES:
-        return f"eu-audit=={rep.tool_version or __version__}"
-    metric = parse_rule(rule_text).metric
-    return rep.defined_by.get(f"metrics:{metric}", f"eu-audit=={rep.tool_version or __version__}")
+        return ours
+    return rep.defined_by.get(f"metrics:{parse_rule(rule_text).metric}", ours)
 
 
 def rule_place(rep: AuditReport, g: GateResult) -> tuple[str, str]:

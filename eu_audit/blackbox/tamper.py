@@ -259,20 +259,18 @@ def check_turns_heard(
     is the other tenant's own. serve's log and the harness share one clock (``unfed``'s note)."""
     prompts = sorted(prompts, key=lambda p: p[0])
     times = [p[0] for p in prompts]
-    in_flight: dict[tuple[str, str], list[UserTurn]] = {}
-    for t in tenants:
-        in_flight[(t.session, t.method)] = t.turns
+    # each tenant's turns with the text a prompt must hold to carry them (folded once)
+    in_flight = {(t.session, t.method): [(u, fold_text(u.text)[:200]) for u in t.turns] for t in tenants}
 
     def answering(who: tuple[str, str], needle: str, when: float) -> bool:
         """Whether ``who`` had a turn of this text in flight when a call of its lane ended."""
         return any(
-            u.sent <= when <= u.answered + CLOCK_SLACK_S and fold_text(u.text)[:200] == needle
-            for u in in_flight.get(who, [])
+            u.sent <= when <= u.answered + CLOCK_SLACK_S and text == needle
+            for u, text in in_flight.get(who, [])
         )
 
     for me, turns in in_flight.items():
-        for turn in turns:
-            needle = fold_text(turn.text)[:200]
+        for turn, needle in turns:
             if not turn.said or len(needle) < QUOTED_CHARS:
                 continue
             window = prompts[bisect.bisect_left(times, turn.sent) : bisect.bisect_right(times, turn.answered)]
