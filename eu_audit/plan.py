@@ -12,7 +12,7 @@ from typing import Protocol
 from eu_audit.episodes import Episode
 from eu_audit.errors import BadInput
 from eu_audit.jsonl import check_output_path
-from eu_audit.shards import Shard
+from eu_audit.shards import SessionSlice, Shard
 from eu_audit.suites import load_suite
 from eu_audit.trace.records import session_id_of
 
@@ -25,6 +25,7 @@ class RunOptions(Protocol):
     out: Path
     state_dir: Path | None
     shard: Shard | None
+    sessions: SessionSlice | None
     force: bool
     only: frozenset[int] | None
 
@@ -51,8 +52,7 @@ class RunPlan:
 
     def position_in_suite(self, index: int) -> int:
         """Where session ``index`` falls among its suite's sessions (0 for each suite's first)."""
-        suite = self.episodes[index].suite
-        return sum(1 for ep in self.episodes[:index] if ep.suite == suite)
+        return _position(self.episodes, index)
 
     @classmethod
     def of(cls, opts: RunOptions) -> RunPlan:
@@ -65,6 +65,7 @@ class RunPlan:
             shard=opts.shard,
             force=opts.force,
             only=opts.only,
+            sessions=opts.sessions,
         )
 
     @classmethod
@@ -78,11 +79,12 @@ class RunPlan:
         shard: Shard | None,
         force: bool,
         only: frozenset[int] | None = None,
+        sessions: SessionSlice | None = None,
     ) -> RunPlan:
         """Check everything a recording can check before it runs: the output can be written (and is not
         replaced without ``force``), the state folder is not a file, every suite loads, ``n`` is at least 1
         and the shard has a session. ``only``: of those, the sessions with these run-wide indices (a round
-        of a run in rounds, ``eu_audit.rounds``)."""
+        of a run in rounds, ``eu_audit.rounds``); ``sessions``: those at these positions in their suite."""
         out = Path(out)
         check_output_path(out, force=force)  # an unwritable -o is refused now, not after every session ran
         state = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
@@ -96,9 +98,19 @@ class RunPlan:
         chosen = shard.select(episodes) if shard else list(enumerate(episodes))
         if only is not None:
             chosen = [(i, ep) for i, ep in chosen if i in only]
+        if sessions is not None:
+            chosen = [(i, ep) for i, ep in chosen if sessions.keeps(_position(episodes, i))]
         if not chosen:
-            raise BadInput(f"--shard {shard}: no session of the {len(episodes)} falls in this shard")
+            parts = " and ".join(
+                f"{name} {part}" for name, part in (("--shard", shard), ("--sessions", sessions)) if part
+            )
+            raise BadInput(f"{parts or 'the run'}: no session of the {len(episodes)} falls in it")
         return cls(episodes, tuple(PlannedSession(i, ep) for i, ep in chosen), out, state)
+
+
+def _position(episodes: tuple[Episode, ...], index: int) -> int:
+    suite = episodes[index].suite
+    return sum(1 for ep in episodes[:index] if ep.suite == suite)
 
 
 def pick_episodes(episodes: list[Episode], n: int | None) -> list[Episode]:

@@ -27,7 +27,7 @@ from eu_audit.progress import Progress, ProgressCounter
 from eu_audit.runtime.agent import Agent, AgentSettings, derive_seed
 from eu_audit.runtime.chat import detect_chat_format
 from eu_audit.runtime.memory import MemoryStore, Outbox
-from eu_audit.shards import Shard
+from eu_audit.shards import SessionSlice, Shard
 from eu_audit.trace.records import Decoding, Header, ModelInfo, check_decoding
 from eu_audit.trace.session import Bundle, SessionTrace
 
@@ -52,6 +52,7 @@ class RecordOptions:
     kv_sidecar: bool = False
     force: bool = False
     shard: Shard | None = None  # run only this shard's sessions (ids and seeds stay run-wide)
+    sessions: SessionSlice | None = None  # run only each suite's sessions FROM to TO - 1 (--sessions)
     #: run only the sessions with these run-wide indices (a round of ``whitebox_rounds``)
     only: frozenset[int] | None = None
 
@@ -220,6 +221,8 @@ def record(
         header = make_header(engine, chat.name, opts, policy_for(plan.episodes[0], opts))
         if opts.shard:
             header.engine_facts["shard"] = str(opts.shard)
+        if opts.sessions:
+            header.engine_facts["sessions"] = str(opts.sessions)
         return header
 
     try:

@@ -25,7 +25,7 @@ from eu_audit.bundle.io import read_bundle, write_bundle
 from eu_audit.defaults import ALPHA, MARGIN
 from eu_audit.errors import BadInput, RunFailed
 from eu_audit.jsonl import check_output_path
-from eu_audit.plan import RunPlan
+from eu_audit.plan import RunOptions, RunPlan
 from eu_audit.progress import Progress
 from eu_audit.trace.session import Bundle
 
@@ -66,13 +66,19 @@ def round_path(out: Path, r: int) -> Path:
     return out.with_name(f"{out.stem}.round-{r}{out.suffix or '.jsonl'}")
 
 
-def most_sessions(n: int | None, sharded: bool) -> int:
+def most_sessions(opts: RunOptions) -> int:
     """A run in rounds' most sessions per suite (its ``--n``), refused where rounds cannot run: without
-    ``--n``, or on a shard (white-box and black-box alike)."""
-    if sharded:
+    ``--n``, on a shard, or on a slice (white-box and black-box alike)."""
+    n = opts.n
+    if opts.shard is not None:
         raise BadInput(
             "--until-decided with --shard: a shard cannot see the other shards' failures; run the rounds "
             "on one machine, or shard a run of fixed --n"
+        )
+    if opts.sessions is not None:
+        raise BadInput(
+            "--until-decided with --sessions: the rounds choose the sessions; record a slice of a run of "
+            "fixed --n, or the rounds from the first session"
         )
     if n is None:
         raise BadInput("--until-decided needs --n: the most sessions per suite the rounds may reach")
@@ -81,7 +87,7 @@ def most_sessions(n: int | None, sharded: bool) -> int:
 
 def check_rounds(opts: AgentRecordOptions) -> int:
     """The run's most sessions per suite, refused before any agent runs where rounds cannot be decided."""
-    n = most_sessions(opts.n, opts.shard is not None)
+    n = most_sessions(opts)
     if not opts.positive_control:
         raise BadInput(
             "--until-decided with --no-positive-control: a hold needs the no-forget control at the same n, "

@@ -1,6 +1,8 @@
 """Shards: one run's sessions split across machines, and joined back into the run it would have been.
 
 ``--shard I/N`` keeps session i (numbered across the whole run, suites in order) when i mod N = I - 1.
+``--sessions FROM:TO`` keeps each suite's sessions FROM to TO - 1 (a run continued later: sessions 30:68
+of ``--n 68`` join an earlier ``--n 30``'s audit of a single suite, whose sessions are the same).
 A shard's sessions keep their run-wide number (``SessionRecord.index``), id (``s{i}``) and seed, so
 session i is the same whichever shard ran it. ``merge`` joins shard bundles (the same model, engine,
 decoding, suite and seed; no session twice) into one bundle; shard audits join in
@@ -19,9 +21,11 @@ from eu_audit.errors import BadInput
 
 T = TypeVar("T")
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SLICE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 #: header facts that legitimately differ between shards of one run (each serve, each run's own key)
 PER_SHARD_FACTS = (
     "shard",
+    "sessions",
     "serve_log_digest",
     "serve_control_key",
     "serve_info",
@@ -55,6 +59,38 @@ class Shard:
     def select(self, items: Sequence[T]) -> list[tuple[int, T]]:
         """(run-wide index, item) of the items this shard runs."""
         return [(i, x) for i, x in enumerate(items) if self.keeps(i)]
+
+
+@dataclass(frozen=True)
+class SessionSlice:
+    """``--sessions FROM:TO``: of each suite's sessions, those at positions FROM to TO - 1 (from 0),
+    numbered as in the whole run of ``--n``, so a run is recorded in slices over days (each slice's audit
+    kept, then ``eu-audit merge``) and a finished run continued to a larger n without recording again
+    what it has. A single suite's session i is the same at any ``--n`` (its id, seed and episode); with
+    several suites the numbers depend on ``--n``, so every slice of such a run gives the same ``--n``."""
+
+    start: int
+    stop: int
+
+    @classmethod
+    def parse(cls, text: str, n: int | None) -> SessionSlice:
+        m = _SLICE.match(text)
+        if not m:
+            raise BadInput(
+                f"--sessions {text!r}: expected FROM:TO, e.g. 30:68 (sessions 30 to 67 of each suite)"
+            )
+        start, stop = int(m.group(1)), int(m.group(2))
+        if n is None:
+            raise BadInput(f"--sessions {text}: needs --n, the run's sessions per suite that the slice is of")
+        if not start < stop <= n:
+            raise BadInput(f"--sessions {text}: FROM must be below TO, and TO at most --n ({n})")
+        return cls(start, stop)
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.stop}"
+
+    def keeps(self, position_in_suite: int) -> bool:
+        return self.start <= position_in_suite < self.stop
 
 
 def run_order(index: int | None, session_id: str) -> tuple[int, str]:

@@ -62,7 +62,7 @@ def record_until_decided_white(
     from eu_audit.audits.merge import merge_reports
     from eu_audit.record import record
 
-    max_n = most_sessions(rec.n, rec.shard is not None)
+    max_n = most_sessions(rec)
     gate = rounds.gate
     gate.check()
     plan = RunPlan.make(rec.suite, max_n, rec.out, state_dir=rec.state_dir, shard=None, force=rec.force)

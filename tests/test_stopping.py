@@ -58,6 +58,8 @@ def test_the_last_round_always_stops_and_says_it_was_not_early() -> None:
     [
         (["--until-decided", "--shard", "1/2"], "a shard cannot see the other shards' failures"),
         (["--until-decided"], "--until-decided needs --n"),
+        (["--until-decided", "--n", "4", "--sessions", "2:4"], "the rounds choose the sessions"),
+        (["--n", "4", "--sessions", "4:8"], "TO at most --n (4)"),
         (["--until-decided", "--n", "4", "--no-positive-control"], "no round could ever hold"),
         (["--n", "4", "--until-gate-set", "forget"], "add it"),
         (["--n", "4", "--until-decided", "--until-gate-set", "forgot"], "unknown gate set 'forgot'"),
@@ -78,6 +80,7 @@ def test_a_run_in_rounds_that_could_not_be_decided_is_refused_before_any_agent_r
         (["--until-decided"], "--until-decided needs --n"),
         (["--n", "2", "--methods", "b7"], "add it"),
         (["--n", "2", "--until-decided", "--shard", "1/2"], "a shard cannot see the other shards' failures"),
+        (["--n", "2", "--until-decided", "--sessions", "0:1"], "the rounds choose the sessions"),
         (["--n", "2", "--until-decided", "--methods", "b42"], "unknown method 'b42'"),
         (["--n", "2", "--until-decided", "--until-gate", "b9.cad==0"], "b9"),
     ],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -399,6 +400,51 @@ def test_merged_shards_give_the_rows_and_p_values_of_one_run(tmp_path: Path) -> 
     assert [(g.rule, g.outcome, g.p, g.n_needed) for g in merged.gates] == verdicts(whole)
     assert [g.n for g in merged.gates] == [6, 6]
     assert [(c.method, c.suite, c.p) for c in merged.cells] == [(c.method, c.suite, c.p) for c in whole.cells]
+
+
+def test_a_finished_run_continued_with_sessions_from_to_is_the_larger_run(tmp_path: Path) -> None:
+    """A run of n = 2 continued with ``--sessions 2:5`` of n = 5 records only the three new sessions, with
+    the ids and numbers the n = 5 run gives them, and the two audits merged are that run's audit: the same
+    rows, cells, verdicts and p-values, nothing recorded twice."""
+    from eu_audit.audits.merge import merge_reports
+    from eu_audit.bundle.io import read_bundle
+    from eu_audit.shards import SessionSlice
+
+    whole = audit(_record(tmp_path, "whole.jsonl", 5), AuditOptions())
+    first = _record(tmp_path, "first.jsonl", 2)
+    later = tmp_path / "later.jsonl"
+    slice_ = SessionSlice.parse("2:5", 5)
+    opts = AgentRecordOptions(
+        agent="tests.scripted_agents:naive", suite="builtin", n=5, out=later, sessions=slice_,
+    )  # fmt: skip
+    record_agent(opts)
+    header = read_bundle(later).header
+    assert header.engine_facts["sessions"] == "2:5"
+    assert sorted({s.session.index for s in read_bundle(later).sessions}) == [2, 3, 4]
+    rules = ["agent.leak_probes<=floor", "agent.residue_store==0"]
+    paths = []
+    for name, bundle in (("first", first), ("later", later)):
+        part = audit(bundle, AuditOptions())
+        part.gates = evaluate(part, rules)
+        (tmp_path / f"{name}.json").write_text(part.model_dump_json())
+        paths.append(tmp_path / f"{name}.json")
+    merged = merge_reports(paths)
+    assert _view(merged) == _view(whole)
+    assert [(g.rule, g.outcome, g.p, g.n) for g in merged.gates] == [
+        (g.rule, g.outcome, g.p, g.n) for g in evaluate(whole, rules)
+    ]
+    assert [(c.method, c.suite, c.p) for c in merged.cells] == [(c.method, c.suite, c.p) for c in whole.cells]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("5:2", "FROM must be below TO"), ("0:9", "at most --n (5)"), ("2-5", "expected FROM:TO")],
+)
+def test_a_slice_of_sessions_that_is_not_one_is_refused(text: str, needle: str) -> None:
+    from eu_audit.shards import SessionSlice
+
+    with pytest.raises(BadInput, match=re.escape(needle)):
+        SessionSlice.parse(text, 5)
 
 
 def test_a_report_from_a_folder_of_shard_audits_is_the_report_of_their_merge_and_keeps_only_the_shards(

@@ -10,6 +10,12 @@ against exit code.
 A good agent must exit 0 and a bad one exit 1. Each agent's rows (``audit.json``, masked, and
 ``run.json``) are copied to OUT/rows/NAME/ as it finishes, so a run cut off goes on where it stopped (an
 agent with rows is not run again); the bundle and serve's log hold the target and stay in the work folder.
+
+A row run in slices (``tools/gate.sh`` with ``SESSIONS=FROM:TO``: a long run over several sessions, or a
+finished one continued to a larger n) keeps each slice's audit and run beside the first's, as
+``audit.sessions-FROM-TO.json`` and ``run.sessions-FROM-TO.json``; its row is the slices' audits merged
+(``eu-audit merge``: every cell and p-value recomputed over all the sessions), its exit code that merge's
+verdict on the rules the slices were gated with, its wall time their sum.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eu_audit.audits.model import read_report  # noqa: E402
+from eu_audit.audits.gate import exit_code  # noqa: E402
+from eu_audit.audits.merge import read_audits, shard_audits  # noqa: E402
+from eu_audit.audits.model import AuditReport  # noqa: E402
 from eu_audit.audits.rules import overall  # noqa: E402
 from eu_audit.models import DEFAULT_MODEL  # noqa: E402
 
@@ -123,12 +131,29 @@ def _env() -> dict[str, str]:
     return dict(os.environ)
 
 
+def audit_of(rows: Path) -> AuditReport | None:
+    """A row's audit: ``audit.json``, merged with its later slices' audits where it was run in slices."""
+    if not (rows / "audit.json").exists():
+        return None
+    return read_audits([p for p in shard_audits(rows) if p.name.startswith("audit")])
+
+
+def runs_of(rows: Path) -> list[dict[str, object]]:
+    """``run.json`` and each later slice's ``run.sessions-FROM-TO.json``."""
+    return [json.loads(p.read_text()) for p in sorted(rows.glob("run*.json"))]
+
+
 def row(a: KnownAgent, rows: Path) -> list[str]:
-    run = json.loads((rows / "run.json").read_text())
-    code = int(run["gate_exit"]) if run["record_exit"] == 0 else 3
+    runs = runs_of(rows)
+    rep = audit_of(rows)
+    if any(r["record_exit"] != 0 for r in runs):
+        code = 3
+    elif len(runs) > 1 and rep is not None:  # the slices merged are decided again on all their sessions
+        code = exit_code(rep.gates)
+    else:
+        code = int(str(runs[0]["gate_exit"]))
     verdict, named = "run failed", ""
-    if (rows / "audit.json").exists():
-        rep = read_report(rows / "audit.json")
+    if rep is not None:
         verdict = overall(g.outcome for g in rep.gates)
         failed = [g for g in rep.gates if g.outcome == "failed"]
         open_ = [g for g in rep.gates if g.outcome in ("inconclusive", "insensitive")]
@@ -136,18 +161,20 @@ def row(a: KnownAgent, rows: Path) -> list[str]:
             f"`{g.rule}` {g.outcome}" + (f" (n >= {g.n_needed})" if g.n_needed else "") for g in open_
         )
     ok = "yes" if code == EXPECTED[a.truth] else "**no**"
-    wall = int(run["record_s"]) + int(run["audit_s"])
-    return [a.name, a.truth, a.why, verdict, str(code), ok, named or "-", f"{wall} s", sessions(run, rows)]
+    wall = sum(int(str(r["record_s"])) + int(str(r["audit_s"])) for r in runs)
+    return [a.name, a.truth, a.why, verdict, str(code), ok, named or "-", f"{wall} s", sessions(runs, rep)]
 
 
-def sessions(run: dict[str, object], rows: Path) -> str:
-    """The n a run reached: "n = 1 of 30, stopped" where it ran in rounds and stopped on a failure."""
-    if (rows / "audit.json").exists():
-        stopped = read_report(rows / "audit.json").engine_facts.get("stopped")
-        if isinstance(stopped, dict):
-            early = ", stopped" if stopped.get("early") else ""
-            return f"n = {stopped['n']} of {stopped['max_n']}{early}"
-    return f"n = {run['n']}"
+def sessions(runs: list[dict[str, object]], rep: AuditReport | None) -> str:
+    """The n a run reached: "n = 1 of 30, stopped" where it ran in rounds and stopped on a failure;
+    "n = 68, in 2 slices" where it was run in slices."""
+    if len(runs) > 1:
+        return f"n = {max(int(str(r['n'])) for r in runs)}, in {len(runs)} slices"
+    stopped = rep.engine_facts.get("stopped") if rep is not None else None
+    if isinstance(stopped, dict):
+        early = ", stopped" if stopped.get("early") else ""
+        return f"n = {stopped['n']} of {stopped['max_n']}{early}"
+    return f"n = {runs[0]['n']}"
 
 
 def table(agents: tuple[KnownAgent, ...], out: Path) -> list[str]:

@@ -14,6 +14,8 @@
 #   HINT    (environment, optional) 1: send the forget the sanitized text too (record --hint)
 #   SHARD   (environment, optional) I/N: record only shard I of N of the sessions (gate --shard); join
 #           the shards' bundles afterwards with `eu-audit merge` and audit the merged bundle
+#   SESSIONS (environment, optional) FROM:TO: record only sessions FROM to TO-1 of the run of N (gate
+#           --sessions): a run in slices, or one continued; join the slices' audits with `eu-audit merge`
 #   RECHECK (environment, optional) events after the forget, e.g. at-once,restart,compact,turns-3 (gate --recheck)
 #   UNTIL   (environment, optional) 1: record in rounds up to N sessions, stopping at the first failure more
 #           sessions cannot undo (gate's default, decided by the forget gate set); unset: --fixed-n
@@ -59,7 +61,7 @@ start=$(date +%s)
 # the run alone (--record-only), then the audit apart: the report's rows time each
 "$BIN/eu-audit" gate --record-only --agent "$URL" --same-user-ok --serve "$SERVE" \
   --suite "$SUITE" --n "$N" --seed 0 \
-  --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} \
+  --k "${K:-5}" --out "$OUT/bundle.jsonl" --force ${HINT:+--hint} ${SHARD:+--shard "$SHARD"} ${SESSIONS:+--sessions "$SESSIONS"} \
   ${RECHECK:+--recheck "$RECHECK"} ${AGENT_TIMEOUT:+--agent-timeout "$AGENT_TIMEOUT"} \
   $([ -n "${UNTIL:-}" ] && echo --until-decided || echo --fixed-n) \
   > "$OUT/record.out" 2>&1
@@ -74,6 +76,6 @@ if [ -n "${SIGNING_KEY:-}" ]; then
   echo "verify exit $?" >> "$OUT/verify.out"
 fi
 done_=$(date +%s)
-printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "recheck": "%s", "until_decided": %s, "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
-  "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "${RECHECK:-}" "$([ -n "${UNTIL:-}" ] && echo true || echo false)" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
+printf '{"agent": "%s", "forget": "%s", "suite": "%s", "n": %s, "k": %s, "model": "%s", "recheck": "%s", "sessions": "%s", "until_decided": %s, "record_exit": %s, "gate_exit": %s, "record_s": %s, "audit_s": %s}\n' \
+  "$AGENT" "$FORGET" "$SUITE" "$N" "${K:-5}" "$MODEL" "${RECHECK:-}" "${SESSIONS:-}" "$([ -n "${UNTIL:-}" ] && echo true || echo false)" "$rec" "$code" "$((recorded - start))" "$((done_ - recorded))" > "$OUT/run.json"
 cat "$OUT/run.json"

@@ -187,6 +187,7 @@ def _header(
             serve_control_key=key,
             forget_hint=hint_sent(opts),
             shard=str(opts.shard) if opts.shard else None,
+            sessions=str(opts.sessions) if opts.sessions else None,
             k=opts.k,
             temperature=opts.temperature,
             concurrency=opts.concurrency,

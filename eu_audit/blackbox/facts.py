@@ -44,6 +44,7 @@ class AgentRunFacts(BaseModel):
     serve_control_key: str = ""  # the key whose marks say which requests were post-forget
     forget_hint: str = ""  # what the forget request carried (source text; its sanitized text with --hint)
     shard: str | None = None
+    sessions: str | None = None  # --sessions FROM:TO: the slice of each suite's sessions this run drove
     k: int = Field(SAMPLES_K, ge=1)  # samples of the task probe per state
     temperature: float = Field(SAMPLE_TEMPERATURE, ge=0.0)
     concurrency: int = Field(1, ge=1)  # tenants driven at the same time (each on its own lane)

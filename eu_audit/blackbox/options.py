@@ -10,7 +10,7 @@ from eu_audit.audits.model import OWN_FLOOR
 from eu_audit.blackbox.adapter import Bounds
 from eu_audit.defaults import SAMPLE_TEMPERATURE, SAMPLES_K
 from eu_audit.runtime.world import World
-from eu_audit.shards import Shard
+from eu_audit.shards import SessionSlice, Shard
 from eu_audit.trace.records import AGENT_METHOD
 
 #: the tenants of one session: the agent (its forget), the reference B5 (never fed z), and the positive
@@ -40,6 +40,7 @@ class AgentRecordOptions:
     keep_state: bool = False  # keep the state folder of a failed run
     hint: bool = False  # send the sanitized text with the forget (the reference's input: see _hint)
     shard: Shard | None = None  # drive only this shard's sessions (ids stay run-wide)
+    sessions: SessionSlice | None = None  # drive only each suite's sessions FROM to TO - 1 (--sessions)
     #: drive only the sessions with these run-wide indices (one round of ``rounds.record_until_decided``)
     only: frozenset[int] | None = None
     bounds: Bounds = field(default_factory=Bounds)

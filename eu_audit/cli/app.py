@@ -153,6 +153,19 @@ ShardOption = Annotated[
 ]
 
 
+#: shared by record and gate: a contiguous slice of each suite's sessions (see eu_audit/shards.py)
+SessionsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--sessions",
+        help="Run only each suite's sessions FROM to TO-1 of a run of --n (ids and seeds as in that run): "
+        "a long run in slices, or a finished one continued to a larger --n; join the slices' audits with "
+        "`eu-audit merge`.",
+        metavar="FROM:TO",
+    ),
+]
+
+
 def fail(exc: BaseException, message: str, code: int) -> None:
     say(err, Text("error: ", style="bold red"), message, wrap=False)
     if os.environ.get(DEBUG_ENV):

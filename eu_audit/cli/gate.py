@@ -31,7 +31,7 @@ from eu_audit.cli.agent_run import (
     bounds_of,
     run_agent,
 )
-from eu_audit.cli.app import Force, ShardOption, SigningKey, app, progress_bar
+from eu_audit.cli.app import Force, SessionsOption, ShardOption, SigningKey, app, progress_bar
 from eu_audit.cli.audit import (
     AuditAttest,
     AuditGate,
@@ -48,7 +48,7 @@ from eu_audit.cli.audit import (
 )
 from eu_audit.defaults import SAMPLES_K
 from eu_audit.errors import BadInput
-from eu_audit.shards import Shard
+from eu_audit.shards import SessionSlice, Shard
 
 #: the rounds' default ceiling: the n at which a forget that works holds at margin 0.1 (n >= 29)
 GATE_N = 30
@@ -128,6 +128,7 @@ def gate_command(
     keep_state: RecordKeepState = False,
     state_dir: RecordStateDir = None,
     shard: ShardOption = None,
+    sessions: SessionsOption = None,
     force: Force = False,
 ) -> None:
     """Gate an agent's forget: drive it black-box (its forget, a reference never given the target, a
@@ -149,9 +150,12 @@ def gate_command(
     from eu_audit.rounds import Gate
 
     check_acceptance(on_inconclusive, on_insensitive)
-    if shard and not record_only:  # in rounds, the rounds' own check says why a shard cannot
-        raise BadInput("--shard records one shard of a fixed run: add --fixed-n --record-only, then gate the "
-                       "shards' union with `eu-audit merge` and `eu-audit audit` (examples/ci)")  # fmt: skip
+    for name, part in (("--shard", shard), ("--sessions", sessions)):
+        if part and not record_only:  # in rounds, the rounds' own check says why a part cannot
+            raise BadInput(
+                f"{name} records part of a fixed run: add --fixed-n --record-only, then gate the parts' "
+                "union with `eu-audit merge` and `eu-audit audit` (examples/ci)"
+            )
     for path in (json_path, junit_path, sarif_path, summary_md):
         if path is not None:
             check_output_path(path, force=force)  # refused now, not after the run
@@ -180,6 +184,7 @@ def gate_command(
         store_paths=tuple(store_path or ()),
         concurrency=tenants_in_flight,
         shard=Shard.parse(shard) if shard else None,
+        sessions=SessionSlice.parse(sessions, n) if sessions else None,
         bounds=bounds_of(agent_timeout, max_response_mb, max_bundle_mb),
     )
     run_agent(opts, rounds, same_user_ok)

@@ -35,6 +35,7 @@ from eu_audit.cli.agent_run import (
 )
 from eu_audit.cli.app import (
     Force,
+    SessionsOption,
     ShardOption,
     app,
     err,
@@ -46,7 +47,7 @@ from eu_audit.cli.record_rounds import RecordJson, RecordMethods, run_white_roun
 from eu_audit.defaults import DTYPE, SAMPLES_K, TURN_MAX_TOKENS, TURN_TEMPERATURE
 from eu_audit.errors import BadInput
 from eu_audit.models import DEFAULT_MODEL
-from eu_audit.shards import Shard
+from eu_audit.shards import SessionSlice, Shard
 
 if TYPE_CHECKING:
     from eu_audit.record import RecordResult
@@ -128,7 +129,7 @@ def _agent_only(
 _SAME_ON_GATE = (
     "serve", "suite", "n", "seed", "k", "serve_control", "agent_timeout", "max_response_mb", "max_bundle_mb",
     "keep_state", "hint", "recheck", "positive_control", "own_floor", "store_path", "same_user_ok",
-    "state_dir", "shard", "force",
+    "state_dir", "shard", "sessions", "force",
 )  # fmt: skip
 
 
@@ -190,6 +191,7 @@ def record_command(
     json_path: RecordJson = None,
     force: Force = False,
     shard: ShardOption = None,
+    sessions: SessionsOption = None,
 ) -> None:
     """Run episodes through the agent runtime and write a JSONL trace bundle.
 
@@ -253,6 +255,7 @@ def record_command(
         ctx=ctx,
         force=force,
         shard=Shard.parse(shard) if shard else None,
+        sessions=SessionSlice.parse(sessions, n) if sessions else None,
     )
     if rounds is not None:
         run_white_rounds(opts, rounds, methods, k, json_path)
