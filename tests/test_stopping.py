@@ -74,6 +74,18 @@ def test_a_run_in_rounds_that_could_not_be_decided_is_refused_before_any_agent_r
     assert said in " ".join(got.stderr.split()), got.stderr
 
 
+@pytest.mark.parametrize("part", [["--shard", "1/2"], ["--sessions", "2:4"]])
+def test_a_part_of_a_run_is_recorded_only_and_gated_on_the_parts_union(
+    tmp_path: Path, part: list[str]
+) -> None:
+    nobody = ["--agent", "http://127.0.0.1:9"]  # a refusal after contacting it would say so instead
+    got = run_cli("gate", *nobody, "--n", "4", "--fixed-n", "-o", str(tmp_path / "bb.jsonl"), *part)
+    assert got.returncode == 2, got.stderr
+    said = " ".join(got.stderr.split())
+    assert f"{part[0]} records part of a fixed run: add --fixed-n --record-only" in said, said
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     ("extra", "said"),
     [

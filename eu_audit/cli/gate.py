@@ -93,6 +93,16 @@ GateRecordOnly = Annotated[
 ]
 
 
+def check_parts(record_only: bool, **parts: str | None) -> None:
+    """A part of a run (``--shard``, ``--sessions``) is recorded only: its verdict is the union's."""
+    for name, part in parts.items():
+        if part and not record_only:  # in rounds, the rounds' own check says why a part cannot
+            raise BadInput(
+                f"--{name} records part of a fixed run: add --fixed-n --record-only, then gate the parts' "
+                "union with `eu-audit merge` and `eu-audit audit` (examples/ci)"
+            )
+
+
 @app.command("gate")
 def gate_command(
     agent: GateAgent,
@@ -150,12 +160,7 @@ def gate_command(
     from eu_audit.rounds import Gate
 
     check_acceptance(on_inconclusive, on_insensitive)
-    for name, part in (("--shard", shard), ("--sessions", sessions)):
-        if part and not record_only:  # in rounds, the rounds' own check says why a part cannot
-            raise BadInput(
-                f"{name} records part of a fixed run: add --fixed-n --record-only, then gate the parts' "
-                "union with `eu-audit merge` and `eu-audit audit` (examples/ci)"
-            )
+    check_parts(record_only, shard=shard, sessions=sessions)
     for path in (json_path, junit_path, sarif_path, summary_md):
         if path is not None:
             check_output_path(path, force=force)  # refused now, not after the run
