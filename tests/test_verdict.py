@@ -533,13 +533,14 @@ def test_a_working_forget_exits_0_and_every_headline_agrees_with_its_exit_code()
     """The confusion matrix's rows (reports/discrimination, Qwen2.5-Coder-0.5B through the default gate):
     the good minimal agent's audit exits 0 and is headlined "Forget", each bad agent's exits 1 and is
     headlined by what it kept or lost, never "Forget" nor "not shown"; one undecided (exit 4) says it was not
-    shown to forget."""
+    shown to forget. A row run in slices is read as its slices' audits merged, as the table reads it."""
     from eu_audit.audits.gate import exit_code
+    from eu_audit.audits.merge import read_audits, shard_audits
 
     rows = Path(__file__).resolve().parents[1] / "reports/discrimination/rows"
     seen = {}
     for path in sorted(rows.glob("*/audit.json")):
-        rep = read_report(path)
+        rep = read_audits([p for p in shard_audits(path.parent) if p.name.startswith("audit")])
         code, headline = exit_code(rep.gates), summary_lines(rep)[1]
         seen[path.parent.name] = code
         if code == 0:
