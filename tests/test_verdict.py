@@ -435,6 +435,32 @@ def test_a_finished_run_continued_with_sessions_from_to_is_the_larger_run(tmp_pa
     ]
     assert [(c.method, c.suite, c.p) for c in merged.cells] == [(c.method, c.suite, c.p) for c in whole.cells]
 
+    # a run in rounds continued by a slice did not stop where its first part did: the union says neither
+    first_rep = read_report(paths[0])
+    first_rep.engine_facts["stopped"] = {"n": 2, "max_n": 2, "why": "every round run", "early": False}
+    paths[0].write_text(first_rep.model_dump_json())
+    assert "stopped" not in merge_reports(paths).engine_facts
+
+
+def test_a_tamper_attempt_in_any_part_fails_the_merged_audit(tmp_path: Path) -> None:
+    """Shard audits merged keep every shard's tampering, not only the first's: a hostile agent's attempt
+    found in its second shard fails the union's gate as it failed the shard's."""
+    from eu_audit.audits.merge import merge_reports
+    from eu_audit.audits.model import Tampering
+
+    paths = []
+    for i in (1, 2):
+        part = audit(_record(tmp_path, f"part{i}.jsonl", 2, f"{i}/2"), AuditOptions())
+        if i == 2:
+            part.tampering = [Tampering(session_id="s1", tenant="agent", kind="stray_call", count=1)]
+        part.gates = evaluate(part, ["agent.residue_store==0"])
+        (tmp_path / f"a{i}.json").write_text(part.model_dump_json())
+        paths.append(tmp_path / f"a{i}.json")
+    merged = merge_reports(paths)
+    assert [(t.session_id, t.kind) for t in merged.tampering] == [("s1", "stray_call")]
+    assert {g.rule: g.outcome for g in merged.gates}["no tampering"] == "failed"
+    assert exit_code(merged.gates) == 1
+
 
 @pytest.mark.parametrize(
     ("text", "needle"),

@@ -60,6 +60,9 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
         key=lambda st: run_order(session_number(st.session_id), st.session_id),
     )
     base = reports[0]
+    tampering = []  # every part's findings: one in any part fails the union's gate
+    for r in reports:
+        tampering += [t for t in r.tampering if t not in tampering]
     cost = {
         "wall_s": round(sum(float(r.cost.get("wall_s", 0) or 0) for r in reports), 1),
         "engine": str(base.cost.get("engine", base.engine)),
@@ -77,7 +80,25 @@ def merge_reports(paths: Sequence[Path]) -> AuditReport:
         floor_self=floor_self_of(states),
         errors=sum(1 for st in states if st.error),
         cost=cost,
+        tampering=tampering,
+        engine_facts=_joined_facts(reports),
+        plugins=sorted({p for r in reports for p in r.plugins}),
+        defined_by={k: v for r in reports for k, v in r.defined_by.items()},
     )
+
+
+#: facts of how one part's recording ended: the union's only where every part says the same
+RUN_ENDINGS = ("stopped", "interrupted")
+
+
+def _joined_facts(reports: Sequence[AuditReport]) -> dict[str, Any]:
+    """The first part's engine facts, less how one part ended where the parts differ (a run in rounds
+    continued by a slice did not stop where its first part did)."""
+    facts = dict(reports[0].engine_facts)
+    for key in RUN_ENDINGS:
+        if any(r.engine_facts.get(key) != facts.get(key) for r in reports[1:]):
+            facts.pop(key, None)
+    return facts
 
 
 def shard_rules(reports: Sequence[AuditReport]) -> list[str]:
